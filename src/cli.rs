@@ -1,0 +1,110 @@
+//! Command-line interface, compatible with openshift/pivot's flags.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use crate::pivot::{self, Outcome};
+use crate::{reboot, status};
+
+/// Move this OSTree system to the OS in an oscontainer image.
+///
+/// With no PULLSPEC, the pullspec is read from /etc/pivot/image-pullspec (first boot).
+#[derive(Debug, Parser)]
+#[command(name = "pivot", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub pivot: PivotArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the deployments and pivot's last attempt.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PivotArgs {
+    /// Image to move to: [docker://]host[:port]/path[:tag][@sha256:<digest>].
+    pub pullspec: Option<String>,
+    /// Reboot (through systemd) if a new deployment was staged, or one is still pending.
+    #[arg(short, long)]
+    pub reboot: bool,
+    /// Also keep the imported commit under the ref pivot/<repository>, so it survives the
+    /// removal of its deployment.
+    #[arg(short, long)]
+    pub keep: bool,
+    /// Exit with 77 instead of 0 when the system is already at the target.
+    #[arg(long = "unchanged-exit-77")]
+    pub unchanged_exit_77: bool,
+    /// The OSTree sysroot to act on; a sysroot that is not the booted system is deployed to
+    /// directly instead of staged.
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysroot: PathBuf,
+    /// Stateroot (osname) to deploy to; default: that of the booted (or default) deployment.
+    #[arg(long, value_name = "NAME")]
+    pub stateroot: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysroot: PathBuf,
+    /// Print JSON (shape documented in the README).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Exit codes, as documented in the README.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Success = 0,
+    Failure = 1,
+    Unchanged = 77,
+}
+
+pub async fn run(cli: Cli) -> Result<Exit> {
+    match cli.command {
+        Some(Command::Status(args)) => {
+            let status = tokio::task::spawn_blocking(move || status::read(&args.sysroot)).await??;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print!("{}", status::render(&status));
+            }
+            Ok(Exit::Success)
+        }
+        None => run_pivot(cli.pivot).await,
+    }
+}
+
+async fn run_pivot(args: PivotArgs) -> Result<Exit> {
+    let opts = pivot::Options {
+        pullspec: args.pullspec,
+        sysroot: args.sysroot,
+        stateroot: args.stateroot,
+        keep: args.keep,
+    };
+    let report = pivot::run(&opts).await?;
+    let reboot_owed = match report.outcome {
+        Outcome::Changed { .. } => true,
+        Outcome::Unchanged { reboot_pending } => reboot_pending || reboot::is_needed(),
+    };
+    if args.reboot && reboot_owed {
+        if report.booted {
+            reboot::reboot()?;
+        } else {
+            tracing::warn!(
+                "not rebooting: {} is not the booted system",
+                opts.sysroot.display()
+            );
+        }
+    }
+    Ok(match report.outcome {
+        Outcome::Unchanged { .. } if args.unchanged_exit_77 => Exit::Unchanged,
+        _ => Exit::Success,
+    })
+}

@@ -1,0 +1,102 @@
+//! Deploying a commit through libostree: the sysroot lock, the merge deployment (whose /etc is
+//! merged three ways and whose kernel arguments are carried over by libostree), the origin, and
+//! staging (booted system: finalized at shutdown by ostree-finalize-staged) or writing the
+//! deployment directly (a sysroot that is not the booted one).
+
+use anyhow::{Context, Result};
+use ostree::{gio, glib};
+
+use crate::deployments::ORIGIN_SCHEME;
+
+/// Holds the sysroot lock for as long as it lives.
+pub struct SysrootLock<'s>(&'s ostree::Sysroot);
+
+impl<'s> SysrootLock<'s> {
+    pub fn acquire(sysroot: &'s ostree::Sysroot) -> Result<Self> {
+        if !sysroot.try_lock().context("locking the sysroot")? {
+            tracing::info!("another process holds the sysroot lock (rpm-ostree, ostree admin or pivot); waiting for it");
+            sysroot.lock().context("locking the sysroot")?;
+        }
+        Ok(SysrootLock(sysroot))
+    }
+}
+
+impl Drop for SysrootLock<'_> {
+    fn drop(&mut self) {
+        self.0.unlock();
+    }
+}
+
+/// What the origin file records about the image a deployment came from.
+pub struct OriginInfo<'a> {
+    pub commit: &'a str,
+    /// `host/path`
+    pub name: &'a str,
+    pub digest: &'a str,
+    pub version: Option<&'a str>,
+    /// The pullspec as the admin gave it (tag included), for people.
+    pub pullspec: &'a str,
+}
+
+/// The origin as rpm-ostree writes it for `rebase :<commit> --custom-origin-url …`, which is how
+/// openshift/pivot recorded pivots and how rpm-ostree-era tools read them back.
+pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
+    let origin = sysroot.origin_new_from_refspec(info.commit);
+    origin.set_string(
+        "origin",
+        "custom-url",
+        &format!("{ORIGIN_SCHEME}{}@{}", info.name, info.digest),
+    );
+    let description = match info.version {
+        Some(v) => format!("Managed by pivot: {} (version {v})", info.pullspec),
+        None => format!("Managed by pivot: {}", info.pullspec),
+    };
+    origin.set_string("origin", "custom-description", &description);
+    origin
+}
+
+pub struct Deployed {
+    pub checksum: String,
+    pub serial: i32,
+    pub staged: bool,
+}
+
+/// Deploys `commit` on `stateroot`, merging from the booted deployment (or, on a sysroot that is
+/// not booted, the stateroot's default one). The caller holds the lock.
+pub fn deploy(
+    sysroot: &ostree::Sysroot,
+    stateroot: &str,
+    commit: &str,
+    origin: &glib::KeyFile,
+) -> Result<Deployed> {
+    let cancellable = gio::Cancellable::NONE;
+    let merge = sysroot.merge_deployment(Some(stateroot));
+    // `None` kernel arguments: libostree carries over the merge deployment's.
+    let opts = ostree::SysrootDeployTreeOpts::default();
+    let booted = sysroot.booted_deployment().is_some();
+    let new = if booted {
+        sysroot
+            .stage_tree_with_options(Some(stateroot), commit, Some(origin), merge.as_ref(), &opts, cancellable)
+            .context("staging the deployment")?
+    } else {
+        let new = sysroot
+            .deploy_tree_with_options(Some(stateroot), commit, Some(origin), merge.as_ref(), Some(&opts), cancellable)
+            .context("deploying the tree")?;
+        // Keeps the booted and merge deployments, so the previous one stays as rollback.
+        sysroot
+            .simple_write_deployment(
+                Some(stateroot),
+                &new,
+                merge.as_ref(),
+                ostree::SysrootSimpleWriteDeploymentFlags::NONE,
+                cancellable,
+            )
+            .context("writing the boot entries")?;
+        new
+    };
+    Ok(Deployed {
+        checksum: new.csum().to_string(),
+        serial: new.deployserial(),
+        staged: booted,
+    })
+}

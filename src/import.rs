@@ -1,0 +1,285 @@
+//! Importing the OSTree archive repo at `srv/repo` of an oscontainer's layers into the sysroot's
+//! repo, straight from the layer streams: each object is written into the caller's open
+//! transaction with its expected checksum, so libostree verifies every object and nothing of the
+//! image is unpacked to disk. Objects the repo already has are skipped.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use ostree::gio;
+use ostree::glib;
+use ostree::ObjectType;
+
+use crate::image::{is_checksum, Compression};
+
+const REPO_DIR: &str = "srv/repo/";
+
+/// Collects what the layers say about the repo while their objects are written.
+pub struct RepoImporter<'r> {
+    repo: &'r ostree::Repo,
+    /// Contents of `srv/repo/config`, if any layer had it.
+    config: Option<String>,
+    /// ref name → checksum, from `srv/repo/refs/`.
+    refs: BTreeMap<String, String>,
+    pub objects_written: u64,
+    pub objects_skipped: u64,
+}
+
+impl<'r> RepoImporter<'r> {
+    /// `repo` must be in a transaction: objects only become visible when the caller commits it.
+    pub fn new(repo: &'r ostree::Repo) -> Self {
+        RepoImporter {
+            repo,
+            config: None,
+            refs: BTreeMap::new(),
+            objects_written: 0,
+            objects_skipped: 0,
+        }
+    }
+
+    /// Imports one layer blob. The blob is read to its very end even when the import fails
+    /// early, because only then is its digest checked: a corrupted blob is reported as one,
+    /// not as whatever the corruption broke first.
+    pub fn import_blob(&mut self, mut blob: impl Read, compression: Compression) -> Result<()> {
+        let imported = match compression {
+            Compression::None => self.import_tar(&mut blob),
+            Compression::Gzip => self.import_tar(flate2::read::MultiGzDecoder::new(&mut blob)),
+            Compression::Zstd => zstd::Decoder::new(&mut blob)
+                .context("starting zstd decompression")
+                .and_then(|d| self.import_tar(d)),
+        };
+        let drained = io::copy(&mut blob, &mut io::sink());
+        match (imported, drained) {
+            (_, Err(e)) => Err(anyhow!(e)),
+            (Err(e), Ok(_)) => Err(e),
+            (Ok(()), Ok(_)) => Ok(()),
+        }
+    }
+
+    fn import_tar(&mut self, reader: impl Read) -> Result<()> {
+        let mut archive = tar::Archive::new(reader);
+        for entry in archive.entries().context("reading the layer as tar")? {
+            let mut entry = entry.context("reading the layer as tar")?;
+            let path = entry.path().context("reading a tar member's name")?;
+            let path = normalize(&path.to_string_lossy());
+            let Some(rel) = path.strip_prefix(REPO_DIR) else {
+                continue;
+            };
+            let rel = rel.to_string();
+            let kind = entry.header().entry_type();
+            if kind.is_dir() {
+                continue;
+            }
+            let context = || format!("importing {REPO_DIR}{rel}");
+            if rel == "config" {
+                ensure!(kind.is_file(), "{REPO_DIR}config is not a regular file");
+                self.config = Some(read_text(&mut entry).with_context(context)?);
+            } else if let Some(name) = rel.strip_prefix("refs/heads/") {
+                self.read_ref(name.to_string(), kind, &mut entry).with_context(context)?;
+            } else if let Some(name) = rel.strip_prefix("refs/remotes/") {
+                let name = name.replacen('/', ":", 1);
+                self.read_ref(name, kind, &mut entry).with_context(context)?;
+            } else if let Some(obj) = rel.strip_prefix("objects/") {
+                if let Some((checksum, ext)) = object_name(obj) {
+                    ensure!(kind.is_file(), "object {rel} is not a regular file ({kind:?})");
+                    self.write_object(&checksum, ext, &mut entry).with_context(context)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_ref(&mut self, name: String, kind: tar::EntryType, entry: &mut impl Read) -> Result<()> {
+        ensure!(kind.is_file(), "ref {name} is not a regular file");
+        let target = read_text(entry)?.trim().to_string();
+        ensure!(is_checksum(&target), "ref {name} does not hold a commit checksum");
+        self.refs.insert(name, target);
+        Ok(())
+    }
+
+    fn write_object(&mut self, checksum: &str, ext: &str, entry: &mut tar::Entry<impl Read>) -> Result<()> {
+        let objtype = match ext {
+            "commit" => ObjectType::Commit,
+            "dirtree" => ObjectType::DirTree,
+            "dirmeta" => ObjectType::DirMeta,
+            "filez" => ObjectType::File,
+            "commitmeta" => return self.write_commitmeta(checksum, entry),
+            // Signatures, tombstones and the like carry nothing a deployment needs.
+            _ => return Ok(()),
+        };
+        let cancellable = gio::Cancellable::NONE;
+        if self.repo.has_object(objtype, checksum, cancellable)? {
+            self.objects_skipped += 1;
+            return Ok(());
+        }
+        let size = entry.size();
+        let mut data = Vec::with_capacity(size as usize);
+        entry.read_to_end(&mut data)?;
+        let bytes = glib::Bytes::from_owned(data);
+        if objtype == ObjectType::File {
+            // archive-z2 "filez": a header, then the zlib-compressed content.
+            let input = gio::MemoryInputStream::from_bytes(&bytes);
+            let (content, info, xattrs) =
+                ostree::content_stream_parse(true, &input, size, false, cancellable)
+                    .context("parsing archived file object")?;
+            let (stream, length) =
+                ostree::raw_file_to_content_stream(&content, &info, Some(&xattrs), cancellable)?;
+            self.repo
+                .write_content(Some(checksum), &stream, length, cancellable)
+                .context("writing file object")?;
+        } else {
+            let variant = glib::Variant::from_bytes_with_type(&bytes, metadata_type(objtype));
+            self.repo
+                .write_metadata(objtype, Some(checksum), &variant, cancellable)
+                .context("writing metadata object")?;
+        }
+        self.objects_written += 1;
+        Ok(())
+    }
+
+    fn write_commitmeta(&mut self, checksum: &str, entry: &mut impl Read) -> Result<()> {
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data)?;
+        let variant = glib::Variant::from_bytes_with_type(
+            &glib::Bytes::from_owned(data),
+            glib::VariantTy::VARDICT,
+        );
+        self.repo
+            .write_commit_detached_metadata(checksum, Some(&variant), gio::Cancellable::NONE)
+            .context("writing detached commit metadata")
+    }
+
+    /// Picks the commit to deploy (the label's, else the repo's single ref) and checks that
+    /// every object it reaches is now in the repo.
+    pub fn finish(self, commit_label: Option<&str>) -> Result<String> {
+        let Some(config) = &self.config else {
+            bail!("the image has no OSTree repository at {REPO_DIR} (no {REPO_DIR}config in any layer)");
+        };
+        let mode = repo_mode(config);
+        ensure!(
+            matches!(mode.as_deref(), Some("archive-z2" | "archive")),
+            "{REPO_DIR} is a {:?} repository; an oscontainer carries an archive repository",
+            mode.unwrap_or_default()
+        );
+        let commit = match commit_label {
+            Some(label) => label.to_string(),
+            None => match self.refs.len() {
+                0 => bail!(
+                    "the image has no {} label and its repository has no ref to fall back on",
+                    crate::image::COMMIT_LABEL
+                ),
+                1 => self.refs.values().next().unwrap().clone(),
+                _ => bail!(
+                    "the image has no {} label and its repository has several refs ({}): cannot tell which commit to deploy",
+                    crate::image::COMMIT_LABEL,
+                    self.refs.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            },
+        };
+        let cancellable = gio::Cancellable::NONE;
+        ensure!(
+            self.repo.has_object(ObjectType::Commit, &commit, cancellable)?,
+            "commit {commit} is not in the image's repository"
+        );
+        verify_complete(self.repo, &commit)?;
+        Ok(commit)
+    }
+}
+
+/// Every object reachable from `commit` must be present before the commit may be deployed.
+pub fn verify_complete(repo: &ostree::Repo, commit: &str) -> Result<()> {
+    // traverse_commit() quietly returns nothing for a commit that is not there at all.
+    ensure!(
+        repo.has_object(ObjectType::Commit, commit, gio::Cancellable::NONE)?,
+        "commit {commit} is not in the repo"
+    );
+    let objects = repo
+        .traverse_commit(commit, 0, gio::Cancellable::NONE)
+        .with_context(|| format!("commit {commit} is incomplete"))?;
+    for object in objects {
+        if object.object_type() == ObjectType::File
+            && !repo.has_object(ObjectType::File, object.checksum(), gio::Cancellable::NONE)?
+        {
+            bail!(
+                "commit {commit} is incomplete: file object {} is missing",
+                object.checksum()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn metadata_type(objtype: ObjectType) -> &'static glib::VariantTy {
+    let ty = match objtype {
+        ObjectType::Commit => "(a{sv}aya(say)sstayay)",
+        ObjectType::DirTree => "(a(say)a(sayay))",
+        _ => "(uuua(ayay))",
+    };
+    glib::VariantTy::new(ty).expect("static variant type")
+}
+
+/// `./srv/repo/x` and `/srv/repo/x` name the same member as `srv/repo/x`.
+fn normalize(path: &str) -> String {
+    let mut p = path;
+    loop {
+        if let Some(rest) = p.strip_prefix("./") {
+            p = rest;
+        } else if let Some(rest) = p.strip_prefix('/') {
+            p = rest;
+        } else {
+            return p.to_string();
+        }
+    }
+}
+
+/// `ab/cdef….ext` → (`abcdef…`, `ext`) for a well-formed object path.
+fn object_name(rel: &str) -> Option<(String, &str)> {
+    let (prefix, file) = rel.split_once('/')?;
+    let (rest, ext) = file.split_once('.')?;
+    let checksum = format!("{prefix}{rest}");
+    (prefix.len() == 2 && is_checksum(&checksum)).then_some((checksum, ext))
+}
+
+fn read_text(entry: &mut impl Read) -> Result<String> {
+    let mut text = String::new();
+    entry.take(1 << 20).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// `mode=` of the `[core]` group of an ostree repo config.
+fn repo_mode(config: &str) -> Option<String> {
+    let keyfile = glib::KeyFile::new();
+    keyfile.load_from_data(config, glib::KeyFileFlags::NONE).ok()?;
+    keyfile.string("core", "mode").ok().map(|s| s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_paths_are_recognised() {
+        let hex = "ab".to_string() + &"c".repeat(62);
+        let path = format!("ab/{}.filez", "c".repeat(62));
+        let (csum, ext) = object_name(&path).unwrap();
+        assert_eq!((csum.as_str(), ext), (hex.as_str(), "filez"));
+        assert!(object_name("ab/short.filez").is_none());
+        assert!(object_name(&format!("abc/{}.filez", &"c".repeat(61))).is_none());
+    }
+
+    #[test]
+    fn member_names_are_normalized() {
+        assert_eq!(normalize("./srv/repo/config"), "srv/repo/config");
+        assert_eq!(normalize("/./srv/repo"), "srv/repo");
+    }
+
+    #[test]
+    fn repo_mode_is_read_from_config() {
+        assert_eq!(
+            repo_mode("[core]\nrepo_version=1\nmode=archive-z2\n").as_deref(),
+            Some("archive-z2")
+        );
+        assert_eq!(repo_mode("garbage"), None);
+    }
+}

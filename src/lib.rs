@@ -1,0 +1,20 @@
+//! pivot: move an OSTree node onto the OS inside an oscontainer image.
+//!
+//! One module per stage: [`reference`] → [`registry`] → [`image`] → [`import`] → [`deploy`] →
+//! [`state`]; [`status`] reads deployments and state; [`cli`], [`logging`] and [`reboot`] are the
+//! edges to people, journald and systemd.
+
+pub mod blob_reader;
+pub mod cli;
+pub mod config;
+pub mod deploy;
+pub mod deployments;
+pub mod image;
+pub mod import;
+pub mod logging;
+pub mod pivot;
+pub mod reboot;
+pub mod reference;
+pub mod registry;
+pub mod state;
+pub mod status;

@@ -1,0 +1,27 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use pivot::cli::{self, Cli, Exit};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    pivot::logging::init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("starting the async runtime: {e}");
+            return ExitCode::from(Exit::Failure as u8);
+        }
+    };
+    match runtime.block_on(cli::run(cli)) {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::from(Exit::Failure as u8)
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Image references (pullspecs): `[docker://]host[:port]/path[:tag][@sha256:<64 hex>]`.
+//!
+//! The registry host is always explicit: a node must never guess which registry an OS comes from,
+//! so `fedora:latest`-style short names are refused rather than expanded to docker.io.
+
+use std::fmt;
+
+use anyhow::{bail, ensure, Result};
+
+/// containers-transports(5) names other than docker, refused by name rather than misparsed.
+const OTHER_TRANSPORTS: [&str; 7] = [
+    "oci",
+    "oci-archive",
+    "docker-archive",
+    "docker-daemon",
+    "containers-storage",
+    "dir",
+    "ostree",
+];
+
+/// A parsed pullspec. `digest` wins over `tag` when both are given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    /// `host[:port]`
+    pub registry: String,
+    /// `path/to/repo` inside the registry
+    pub repository: String,
+    pub tag: Option<String>,
+    /// `sha256:<64 lowercase hex>`
+    pub digest: Option<String>,
+}
+
+impl ImageRef {
+    /// Parses a pullspec, naming the offending part when it is malformed.
+    pub fn parse(input: &str) -> Result<ImageRef> {
+        let spec = input.trim();
+        ensure!(!spec.is_empty(), "empty image reference");
+        let rest = spec.strip_prefix("docker://").unwrap_or(spec);
+        if let Some((transport, _)) = rest.split_once("://") {
+            bail!("unsupported transport {transport:?} in {spec:?}: only docker:// is accepted");
+        }
+        if let Some((transport, _)) = rest.split_once(':') {
+            if OTHER_TRANSPORTS.contains(&transport) {
+                bail!("unsupported transport {transport:?} in {spec:?}: only docker:// is accepted");
+            }
+        }
+        ensure!(
+            !rest.chars().any(char::is_whitespace),
+            "image reference {spec:?} contains white space"
+        );
+
+        let (name_tag, digest) = match rest.split_once('@') {
+            Some((name_tag, digest)) => (name_tag, Some(parse_digest(digest)?)),
+            None => (rest, None),
+        };
+        let (registry, path_tag) = name_tag.split_once('/').ok_or_else(|| {
+            anyhow::anyhow!(
+                "image reference {spec:?} has no registry host: write it as host[:port]/path[:tag][@sha256:…]"
+            )
+        })?;
+        validate_registry(registry)?;
+
+        // A ':' after the last '/' separates the tag; the host part was already split off.
+        let (repository, tag) = match path_tag.rsplit_once(':') {
+            Some((repo, tag)) => (repo, Some(tag)),
+            None => (path_tag, None),
+        };
+        validate_repository(repository)?;
+        if let Some(tag) = tag {
+            validate_tag(tag)?;
+        }
+        Ok(ImageRef {
+            registry: registry.to_string(),
+            repository: repository.to_string(),
+            tag: tag.map(str::to_string),
+            digest,
+        })
+    }
+
+    /// `host[:port]/path`, the name without tag or digest.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.registry, self.repository)
+    }
+
+    /// The same image pinned to `digest` (the tag is kept for people to read).
+    pub fn with_digest(&self, digest: &str) -> ImageRef {
+        ImageRef {
+            digest: Some(digest.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// `name@digest` when pinned, else `name:tag` (`latest` when no tag was given).
+    pub fn pinned_or_tagged(&self) -> String {
+        match &self.digest {
+            Some(d) => format!("{}@{d}", self.name()),
+            None => format!("{}:{}", self.name(), self.tag_or_latest()),
+        }
+    }
+
+    pub fn tag_or_latest(&self) -> &str {
+        self.tag.as_deref().unwrap_or("latest")
+    }
+}
+
+impl fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name())?;
+        if let Some(tag) = &self.tag {
+            write!(f, ":{tag}")?;
+        }
+        if let Some(digest) = &self.digest {
+            write!(f, "@{digest}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Accepts only `sha256:` followed by 64 lowercase hex digits.
+pub fn parse_digest(digest: &str) -> Result<String> {
+    let Some((algo, hex)) = digest.split_once(':') else {
+        bail!("digest {digest:?} is not of the form sha256:<64 hex digits>");
+    };
+    ensure!(
+        algo == "sha256",
+        "digest algorithm {algo:?} is not supported (only sha256)"
+    );
+    ensure!(
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        "digest {digest:?} must have exactly 64 lowercase hex digits after sha256:"
+    );
+    Ok(digest.to_string())
+}
+
+fn validate_registry(registry: &str) -> Result<()> {
+    ensure!(!registry.is_empty(), "registry host is empty");
+    let (host, port) = if let Some(v6) = registry.strip_prefix('[') {
+        let (addr, after) = v6
+            .split_once(']')
+            .ok_or_else(|| anyhow::anyhow!("registry host {registry:?} has an unclosed '['"))?;
+        ensure!(
+            !addr.is_empty() && addr.chars().all(|c| c.is_ascii_hexdigit() || c == ':'),
+            "registry host {registry:?} is not a valid IPv6 address"
+        );
+        (addr, after.strip_prefix(':'))
+    } else {
+        match registry.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (registry, None),
+        }
+    };
+    if !registry.starts_with('[') {
+        ensure!(
+            host.split('.').all(|label| {
+                !label.is_empty()
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            }),
+            "registry host {host:?} is not a valid host name"
+        );
+        // Without a dot, a port or "localhost", the first path element is a repository
+        // namespace, not a host (docker's rule); say so instead of looking up a bogus host.
+        ensure!(
+            host.contains('.') || port.is_some() || host == "localhost",
+            "{host:?} is not a registry host (no dot, no port, not localhost): write the registry explicitly, e.g. quay.io/{host}/…"
+        );
+    }
+    if let Some(port) = port {
+        let ok = !port.is_empty()
+            && port.len() <= 5
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && matches!(port.parse::<u32>(), Ok(1..=65535));
+        ensure!(ok, "registry port {port:?} is not a number from 1 to 65535");
+    }
+    Ok(())
+}
+
+fn validate_repository(repository: &str) -> Result<()> {
+    ensure!(!repository.is_empty(), "repository path is empty");
+    for component in repository.split('/') {
+        ensure!(
+            is_path_component(component),
+            "repository path component {component:?} is invalid: use lowercase letters, digits and single '.', '_', '__' or '-' separators"
+        );
+    }
+    Ok(())
+}
+
+/// distribution's grammar: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`
+fn is_path_component(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if alnum(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && !alnum(b[i]) {
+            i += 1;
+        }
+        let sep = &s[start..i];
+        let valid = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|c| c == b'-');
+        if !valid {
+            return false;
+        }
+    }
+    true
+}
+
+fn validate_tag(tag: &str) -> Result<()> {
+    let b = tag.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
+        && b
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+    ensure!(
+        ok,
+        "tag {tag:?} is invalid: up to 128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn parses_host_port_path_tag_and_digest() {
+        let r = ImageRef::parse(&format!("docker://127.0.0.1:5000/os/node:v2@{D}")).unwrap();
+        assert_eq!(r.registry, "127.0.0.1:5000");
+        assert_eq!(r.repository, "os/node");
+        assert_eq!(r.tag.as_deref(), Some("v2"));
+        assert_eq!(r.digest.as_deref(), Some(D));
+        assert_eq!(r.pinned_or_tagged(), format!("127.0.0.1:5000/os/node@{D}"));
+        assert_eq!(r.to_string(), format!("127.0.0.1:5000/os/node:v2@{D}"));
+    }
+
+    #[test]
+    fn tagless_reference_means_latest() {
+        let r = ImageRef::parse("quay.io/openshift/os").unwrap();
+        assert_eq!(r.tag, None);
+        assert_eq!(r.pinned_or_tagged(), "quay.io/openshift/os:latest");
+    }
+
+    #[test]
+    fn surrounding_whitespace_is_trimmed() {
+        let r = ImageRef::parse("  localhost/os:1\n").unwrap();
+        assert_eq!(r.name(), "localhost/os");
+    }
+
+    #[test]
+    fn ipv6_registry_is_accepted() {
+        let r = ImageRef::parse("[::1]:5000/os").unwrap();
+        assert_eq!(r.registry, "[::1]:5000");
+    }
+
+    fn err(spec: &str) -> String {
+        format!("{:#}", ImageRef::parse(spec).unwrap_err())
+    }
+
+    #[test]
+    fn malformed_references_name_the_bad_part() {
+        assert!(err("").contains("empty"));
+        assert!(err("fedora:latest").contains("no registry host"));
+        assert!(err("library/fedora").contains("\"library\" is not a registry host"));
+        assert!(err("oci:/tmp/x").contains("unsupported transport \"oci\""));
+        assert!(err("oci-archive:///tmp/x").contains("unsupported transport \"oci-archive\""));
+        assert!(err("quay.io:99999/os").contains("port \"99999\""));
+        assert!(err("quay.io:/os").contains("port \"\""));
+        assert!(err("quay.io/Os/Node").contains("component \"Os\""));
+        assert!(err("quay.io/os//node").contains("component \"\""));
+        assert!(err("quay.io/os:-bad").contains("tag \"-bad\""));
+        assert!(err("quay.io/os@sha256:abc").contains("64 lowercase hex"));
+        assert!(err("quay.io/os@md5:abc").contains("algorithm \"md5\""));
+        assert!(err(&format!("quay.io/os@{}", D.to_uppercase().replace("SHA", "sha")))
+            .contains("64 lowercase hex"));
+        assert!(err("qu ay.io/os").contains("white space"));
+        assert!(err("bad_host.io/os").contains("\"bad_host.io\" is not a valid host name"));
+    }
+
+    #[test]
+    fn separators_follow_distribution_grammar() {
+        assert!(is_path_component("a.b_c__d---e"));
+        assert!(!is_path_component("a..b"));
+        assert!(!is_path_component("a___b"));
+        assert!(!is_path_component("-a"));
+    }
+}
