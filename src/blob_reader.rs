@@ -23,7 +23,11 @@ pub struct BlobReader {
 impl BlobReader {
     /// Starts forwarding `stream` on `runtime`; reading more than `limit` bytes is an error, so a
     /// blob cannot be larger than its descriptor says.
-    pub fn spawn(runtime: &Handle, mut stream: BoxStream<'static, io::Result<Bytes>>, limit: u64) -> Self {
+    pub fn spawn(
+        runtime: &Handle,
+        mut stream: BoxStream<'static, io::Result<Bytes>>,
+        limit: u64,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
         runtime.spawn(async move {
             while let Some(item) = stream.next().await {

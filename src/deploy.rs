@@ -76,11 +76,25 @@ pub fn deploy(
     let booted = sysroot.booted_deployment().is_some();
     let new = if booted {
         sysroot
-            .stage_tree_with_options(Some(stateroot), commit, Some(origin), merge.as_ref(), &opts, cancellable)
+            .stage_tree_with_options(
+                Some(stateroot),
+                commit,
+                Some(origin),
+                merge.as_ref(),
+                &opts,
+                cancellable,
+            )
             .context("staging the deployment")?
     } else {
         let new = sysroot
-            .deploy_tree_with_options(Some(stateroot), commit, Some(origin), merge.as_ref(), Some(&opts), cancellable)
+            .deploy_tree_with_options(
+                Some(stateroot),
+                commit,
+                Some(origin),
+                merge.as_ref(),
+                Some(&opts),
+                cancellable,
+            )
             .context("deploying the tree")?;
         // Keeps the booted and merge deployments, so the previous one stays as rollback.
         sysroot

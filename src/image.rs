@@ -108,7 +108,9 @@ fn compression_of(media_type: &str) -> Result<Compression> {
         | "application/vnd.docker.image.rootfs.diff.tar.gzip"
         | "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => Compression::Gzip,
         "application/vnd.oci.image.layer.v1.tar+zstd" => Compression::Zstd,
-        other => bail!("unsupported layer media type {other:?} (expected a tar, tar+gzip or tar+zstd layer)"),
+        other => bail!(
+            "unsupported layer media type {other:?} (expected a tar, tar+gzip or tar+zstd layer)"
+        ),
     })
 }
 
@@ -130,7 +132,9 @@ mod tests {
             compression_of("application/vnd.oci.image.layer.nondistributable.v1.tar").unwrap(),
             Compression::None
         );
-        let err = compression_of("application/x-bzip2").unwrap_err().to_string();
+        let err = compression_of("application/x-bzip2")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("application/x-bzip2"), "{err}");
     }
 }

@@ -3,8 +3,10 @@
 //! transaction with its expected checksum, so libostree verifies every object and nothing of the
 //! image is unpacked to disk. Objects the repo already has are skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::io::{self, Read};
+use std::path::Path;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use ostree::gio;
@@ -76,29 +78,48 @@ impl<'r> RepoImporter<'r> {
                 ensure!(kind.is_file(), "{REPO_DIR}config is not a regular file");
                 self.config = Some(read_text(&mut entry).with_context(context)?);
             } else if let Some(name) = rel.strip_prefix("refs/heads/") {
-                self.read_ref(name.to_string(), kind, &mut entry).with_context(context)?;
+                self.read_ref(name.to_string(), kind, &mut entry)
+                    .with_context(context)?;
             } else if let Some(name) = rel.strip_prefix("refs/remotes/") {
                 let name = name.replacen('/', ":", 1);
-                self.read_ref(name, kind, &mut entry).with_context(context)?;
+                self.read_ref(name, kind, &mut entry)
+                    .with_context(context)?;
             } else if let Some(obj) = rel.strip_prefix("objects/") {
                 if let Some((checksum, ext)) = object_name(obj) {
-                    ensure!(kind.is_file(), "object {rel} is not a regular file ({kind:?})");
-                    self.write_object(&checksum, ext, &mut entry).with_context(context)?;
+                    ensure!(
+                        kind.is_file(),
+                        "object {rel} is not a regular file ({kind:?})"
+                    );
+                    self.write_object(&checksum, ext, &mut entry)
+                        .with_context(context)?;
                 }
             }
         }
         Ok(())
     }
 
-    fn read_ref(&mut self, name: String, kind: tar::EntryType, entry: &mut impl Read) -> Result<()> {
+    fn read_ref(
+        &mut self,
+        name: String,
+        kind: tar::EntryType,
+        entry: &mut impl Read,
+    ) -> Result<()> {
         ensure!(kind.is_file(), "ref {name} is not a regular file");
         let target = read_text(entry)?.trim().to_string();
-        ensure!(is_checksum(&target), "ref {name} does not hold a commit checksum");
+        ensure!(
+            is_checksum(&target),
+            "ref {name} does not hold a commit checksum"
+        );
         self.refs.insert(name, target);
         Ok(())
     }
 
-    fn write_object(&mut self, checksum: &str, ext: &str, entry: &mut tar::Entry<impl Read>) -> Result<()> {
+    fn write_object(
+        &mut self,
+        checksum: &str,
+        ext: &str,
+        entry: &mut tar::Entry<impl Read>,
+    ) -> Result<()> {
         let objtype = match ext {
             "commit" => ObjectType::Commit,
             "dirtree" => ObjectType::DirTree,
@@ -179,7 +200,8 @@ impl<'r> RepoImporter<'r> {
         };
         let cancellable = gio::Cancellable::NONE;
         ensure!(
-            self.repo.has_object(ObjectType::Commit, &commit, cancellable)?,
+            self.repo
+                .has_object(ObjectType::Commit, &commit, cancellable)?,
             "commit {commit} is not in the image's repository"
         );
         verify_complete(self.repo, &commit)?;
@@ -208,6 +230,32 @@ pub fn verify_complete(repo: &ostree::Repo, commit: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `staging-*` directories libostree keeps under the repo's `tmp/`.
+pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
+    std::fs::read_dir(tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("staging-"))
+        .collect()
+}
+
+/// Removes the staging directories that appeared since `before` and that no transaction holds:
+/// libostree keeps an aborted transaction's objects there for a later one to reuse, but a
+/// refused image must not leave its objects behind. A holder has `<name>-lock` open beside it.
+pub fn remove_new_staging_dirs(tmp: &Path, before: &BTreeSet<OsString>) {
+    for name in staging_dirs(tmp).difference(before) {
+        let name = name.to_string_lossy();
+        if name.ends_with("-lock") || tmp.join(format!("{name}-lock")).exists() {
+            continue;
+        }
+        if let Err(e) = std::fs::remove_dir_all(tmp.join(&*name)) {
+            tracing::warn!("could not free {}: {e}", tmp.join(&*name).display());
+        }
+    }
 }
 
 fn metadata_type(objtype: ObjectType) -> &'static glib::VariantTy {
@@ -250,7 +298,9 @@ fn read_text(entry: &mut impl Read) -> Result<String> {
 /// `mode=` of the `[core]` group of an ostree repo config.
 fn repo_mode(config: &str) -> Option<String> {
     let keyfile = glib::KeyFile::new();
-    keyfile.load_from_data(config, glib::KeyFileFlags::NONE).ok()?;
+    keyfile
+        .load_from_data(config, glib::KeyFileFlags::NONE)
+        .ok()?;
     keyfile.string("core", "mode").ok().map(|s| s.to_string())
 }
 

@@ -15,7 +15,10 @@ pub fn init() {
             let journald = journald
                 .with_field_prefix(Some("PIVOT".into()))
                 .with_syslog_identifier("pivot".into());
-            tracing_subscriber::registry().with(filter).with(journald).init();
+            tracing_subscriber::registry()
+                .with(filter)
+                .with(journald)
+                .init();
             return;
         }
     }

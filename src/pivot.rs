@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
 use ostree::gio;
+use ostree::gio::prelude::FileExt;
 use tokio::runtime::Handle;
 
 use crate::blob_reader::BlobReader;
@@ -148,7 +149,10 @@ pub async fn run(opts: &Options) -> Result<Report> {
     };
     let image = ImageRef::parse(&pullspec).with_context(|| match source {
         Source::Argument => format!("invalid pullspec {pullspec:?}"),
-        Source::File => format!("invalid pullspec in {}", local.etc.join(PULLSPEC_FILE).display()),
+        Source::File => format!(
+            "invalid pullspec in {}",
+            local.etc.join(PULLSPEC_FILE).display()
+        ),
     })?;
 
     let state_file = StateFile::for_stateroot(&opts.sysroot, &local.stateroot);
@@ -269,10 +273,17 @@ impl Run<'_> {
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {
             // Another pivot deployed the target while this one waited for the lock.
-            return Ok(Outcome::Unchanged { reboot_pending: false });
+            return Ok(Outcome::Unchanged {
+                reboot_pending: false,
+            });
         };
         self.attempt.commit = Some(commit.clone());
-        self.attempt.outcome = if deployed.staged { "staged" } else { "deployed" }.into();
+        self.attempt.outcome = if deployed.staged {
+            "staged"
+        } else {
+            "deployed"
+        }
+        .into();
         tracing::info!(
             commit = %commit,
             digest = self.attempt.digest.as_deref().unwrap_or(""),
@@ -378,7 +389,13 @@ impl Job {
             .context("loading the sysroot")?;
         // Re-checked under the lock: a concurrent pivot may have just deployed the target.
         let current = deployments::list(&sysroot)?;
-        if find_at_target(&current, Some(&self.os.digest), self.os.commit_label.as_deref()).is_some() {
+        if find_at_target(
+            &current,
+            Some(&self.os.digest),
+            self.os.commit_label.as_deref(),
+        )
+        .is_some()
+        {
             tracing::info!("the target was deployed while waiting for the sysroot lock");
             return Ok(None);
         }
@@ -413,8 +430,18 @@ impl Job {
     }
 
     /// Streams every layer into one transaction; nothing is committed unless all layers verified
-    /// and the commit is complete.
+    /// and the commit is complete. On failure the transaction's temporary space is freed.
     fn import(&self, repo: &ostree::Repo) -> Result<String> {
+        let tmp = repo.path().path().unwrap_or_default().join("tmp");
+        let before = import::staging_dirs(&tmp);
+        let imported = self.import_in_transaction(repo);
+        if imported.is_err() {
+            import::remove_new_staging_dirs(&tmp, &before);
+        }
+        imported
+    }
+
+    fn import_in_transaction(&self, repo: &ostree::Repo) -> Result<String> {
         let tx = repo
             .auto_transaction(gio::Cancellable::NONE)
             .context("starting a repo transaction")?;

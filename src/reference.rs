@@ -41,7 +41,9 @@ impl ImageRef {
         }
         if let Some((transport, _)) = rest.split_once(':') {
             if OTHER_TRANSPORTS.contains(&transport) {
-                bail!("unsupported transport {transport:?} in {spec:?}: only docker:// is accepted");
+                bail!(
+                    "unsupported transport {transport:?} in {spec:?}: only docker:// is accepted"
+                );
             }
         }
         ensure!(
@@ -218,8 +220,7 @@ fn validate_tag(tag: &str) -> Result<()> {
     let ok = !b.is_empty()
         && b.len() <= 128
         && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-        && b
-            .iter()
+        && b.iter()
             .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
     ensure!(
         ok,
@@ -282,8 +283,11 @@ mod tests {
         assert!(err("quay.io/os:-bad").contains("tag \"-bad\""));
         assert!(err("quay.io/os@sha256:abc").contains("64 lowercase hex"));
         assert!(err("quay.io/os@md5:abc").contains("algorithm \"md5\""));
-        assert!(err(&format!("quay.io/os@{}", D.to_uppercase().replace("SHA", "sha")))
-            .contains("64 lowercase hex"));
+        assert!(err(&format!(
+            "quay.io/os@{}",
+            D.to_uppercase().replace("SHA", "sha")
+        ))
+        .contains("64 lowercase hex"));
         assert!(err("qu ay.io/os").contains("white space"));
         assert!(err("bad_host.io/os").contains("\"bad_host.io\" is not a valid host name"));
     }

@@ -67,7 +67,9 @@ impl Registry {
 
     fn reference(&self, image: &ImageRef, digest: Option<&str>) -> Reference {
         match digest.or(image.digest.as_deref()) {
-            Some(d) => Reference::with_digest(image.registry.clone(), image.repository.clone(), d.into()),
+            Some(d) => {
+                Reference::with_digest(image.registry.clone(), image.repository.clone(), d.into())
+            }
             None => Reference::with_tag(
                 image.registry.clone(),
                 image.repository.clone(),
@@ -96,7 +98,9 @@ impl Registry {
                 let (bytes, child_digest) = self
                     .fetch_manifest(image, Some(&child))
                     .await
-                    .with_context(|| format!("fetching the {} manifest {child}", host_platform().1))?;
+                    .with_context(|| {
+                        format!("fetching the {} manifest {child}", host_platform().1)
+                    })?;
                 match parse_manifest(&bytes).with_context(|| format!("reading manifest {child}"))? {
                     Parsed::Manifest(manifest) => Ok(ResolvedManifest {
                         digest,
@@ -110,13 +114,17 @@ impl Registry {
     }
 
     /// Returns the manifest bytes and their digest, verified against `expected` when given.
-    async fn fetch_manifest(&self, image: &ImageRef, expected: Option<&str>) -> Result<(Bytes, String)> {
+    async fn fetch_manifest(
+        &self,
+        image: &ImageRef,
+        expected: Option<&str>,
+    ) -> Result<(Bytes, String)> {
         let reference = self.reference(image, expected);
         let (bytes, _server_digest) = self
             .client
             .pull_manifest_raw(&reference, &self.auth, &ACCEPTED)
             .await
-            .map_err(anyhow::Error::new)?;
+            .map_err(oci_error)?;
         ensure!(
             bytes.len() <= MAX_JSON_BYTES,
             "manifest is {} bytes, more than the {MAX_JSON_BYTES} an image manifest may have",
@@ -143,9 +151,13 @@ impl Registry {
         );
         let mut out = Vec::with_capacity(desc.size as usize);
         self.client
-            .pull_blob(&self.reference(image, None), &safe_descriptor(desc), &mut out)
+            .pull_blob(
+                &self.reference(image, None),
+                &safe_descriptor(desc),
+                &mut out,
+            )
             .await
-            .map_err(anyhow::Error::new)
+            .map_err(oci_error)
             .with_context(|| format!("fetching blob {}", desc.digest))?;
         ensure!(
             out.len() as i64 == desc.size,
@@ -168,7 +180,7 @@ impl Registry {
             .client
             .pull_blob_stream(&self.reference(image, None), &safe_descriptor(desc))
             .await
-            .map_err(anyhow::Error::new)
+            .map_err(oci_error)
             .with_context(|| format!("fetching blob {}", desc.digest))?;
         Ok(sized.stream)
     }
@@ -177,6 +189,12 @@ impl Registry {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// oci-client's errors already spell out their causes in their message; keeping them as one
+/// message avoids printing each cause twice in the error chain.
+fn oci_error(e: oci_client::errors::OciDistributionError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
 }
 
 /// Only the digest is passed on: a manifest's `urls` would send the client to other hosts.
@@ -200,7 +218,10 @@ enum Parsed {
 
 fn parse_manifest(bytes: &[u8]) -> Result<Parsed> {
     let value: serde_json::Value = serde_json::from_slice(bytes).context("manifest is not JSON")?;
-    let media_type = value.get("mediaType").and_then(|v| v.as_str()).unwrap_or_default();
+    let media_type = value
+        .get("mediaType")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
     if value.get("schemaVersion").and_then(|v| v.as_i64()) == Some(1) {
         bail!("Docker schema 1 manifests are not supported; push the image as schema 2 or OCI");
     }
@@ -243,13 +264,19 @@ fn pick_platform(index: &ImageIndex) -> Result<String> {
             seen.push("(no platform)".to_string());
             continue;
         };
-        let (p_os, p_arch) = (platform.os().to_string(), platform.architecture().to_string());
+        let (p_os, p_arch) = (
+            platform.os().to_string(),
+            platform.architecture().to_string(),
+        );
         if p_os == os && p_arch == arch {
             return Ok(entry.digest().to_string());
         }
         seen.push(format!("{p_os}/{p_arch}"));
     }
-    bail!("no manifest for {os}/{arch}; the index has: {}", seen.join(", "))
+    bail!(
+        "no manifest for {os}/{arch}; the index has: {}",
+        seen.join(", ")
+    )
 }
 
 #[cfg(test)]

@@ -77,8 +77,12 @@ impl StateFile {
     /// attempt count).
     pub fn load(&self) -> Result<State> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .with_context(|| format!("parsing {} (remove it to reset pivot's state)", self.path.display())),
+            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
+                format!(
+                    "parsing {} (remove it to reset pivot's state)",
+                    self.path.display()
+                )
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
             Err(e) => Err(e).with_context(|| format!("reading {}", self.path.display())),
         }
@@ -130,7 +134,10 @@ mod tests {
         assert_eq!(loaded.last.unwrap().error.as_deref(), Some("boom"));
         let mode = std::fs::metadata(file.path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        let dmode = std::fs::metadata(file.path().parent().unwrap()).unwrap().permissions().mode();
+        let dmode = std::fs::metadata(file.path().parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(dmode & 0o777, 0o700);
     }
 

@@ -70,8 +70,16 @@ pub fn render(status: &Status) -> String {
         } else {
             format!(" ({})", flags.join(", "))
         };
-        let _ = writeln!(out, "{mark} {} {}.{}{flags}", d.stateroot, d.checksum, d.serial);
-        let _ = writeln!(out, "    Version: {}", d.version.as_deref().unwrap_or("(none)"));
+        let _ = writeln!(
+            out,
+            "{mark} {} {}.{}{flags}",
+            d.stateroot, d.checksum, d.serial
+        );
+        let _ = writeln!(
+            out,
+            "    Version: {}",
+            d.version.as_deref().unwrap_or("(none)")
+        );
         if let Some(image) = &d.image {
             let _ = writeln!(out, "    Image:   {image}");
         }
@@ -87,7 +95,12 @@ pub fn render(status: &Status) -> String {
             format_utc(last.started)
         );
         if state.attempts > 0 {
-            let _ = writeln!(out, "    Attempts: {}/{MAX_ATTEMPTS} at {}", state.attempts, state.target.as_deref().unwrap_or("?"));
+            let _ = writeln!(
+                out,
+                "    Attempts: {}/{MAX_ATTEMPTS} at {}",
+                state.attempts,
+                state.target.as_deref().unwrap_or("?")
+            );
         }
         if let Some(error) = &last.error {
             let _ = writeln!(out, "    Error:   {error}");

@@ -55,7 +55,9 @@ impl RegistriesConf {
         match std::env::var_os("CONTAINERS_REGISTRIES_CONF") {
             // An explicitly named file must exist: a typo should not silently mean "all TLS".
             Some(path) => RegistriesConf::load(&PathBuf::from(path)),
-            None if Path::new(DEFAULT_PATH).exists() => RegistriesConf::load(Path::new(DEFAULT_PATH)),
+            None if Path::new(DEFAULT_PATH).exists() => {
+                RegistriesConf::load(Path::new(DEFAULT_PATH))
+            }
             None => Ok(RegistriesConf::default()),
         }
     }
@@ -149,7 +151,8 @@ mod tests {
     #[test]
     fn v1_insecure_list_is_honoured() {
         let conf =
-            RegistriesConf::parse("[registries.insecure]\nregistries = ['localhost:5000']\n").unwrap();
+            RegistriesConf::parse("[registries.insecure]\nregistries = ['localhost:5000']\n")
+                .unwrap();
         assert!(conf.is_insecure("localhost:5000/os"));
     }
 

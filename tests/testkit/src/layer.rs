@@ -53,16 +53,16 @@ fn walk_into(
         .with_context(|| format!("listing {}", dir.display()))?;
     names.sort();
     for name in names {
-        let name = name.to_str().context("non-UTF-8 file name")?.to_string();
+        let path = dir.join(&name);
+        let name = name.to_str().context("non-UTF-8 file name")?;
         let rel = if rel.is_empty() {
-            name
+            name.to_string()
         } else {
             format!("{rel}/{name}")
         };
         if skip(&rel) {
             continue;
         }
-        let path = dir.join(rel.rsplit('/').next().unwrap_or(&rel));
         let meta = path
             .symlink_metadata()
             .with_context(|| format!("stat {}", path.display()))?;

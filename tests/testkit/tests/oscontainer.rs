@@ -194,6 +194,10 @@ fn docker_gzip() -> Result<()> {
         "application/vnd.docker.container.image.v1+json"
     );
 
+    spec.compression = Compression::None;
+    let img = push_oscontainer(&reg, "pivot/os", "docker-plain", &spec)?;
+    verify(&reg, &img, &spec)?;
+
     spec.compression = Compression::Zstd;
     let err = push_oscontainer(&reg, "pivot/os", "bad", &spec).unwrap_err();
     assert!(format!("{err:#}").contains("zstd"), "{err:#}");

@@ -1,0 +1,113 @@
+//! Shared set-up for pivot's integration tests: a real registry, a registries.conf that marks it
+//! insecure, and a throwaway sysroot with v1 deployed.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pivot_testkit::{push_oscontainer, ImageSpec, PushedImage, Registry, TestSysroot, Tree};
+
+pub const STATEROOT: &str = "pivot-test";
+pub const KARGS: [&str; 2] = ["console=ttyS0,115200n8", "pivot.test=carried"];
+
+pub struct Env {
+    pub registry: Registry,
+    pub sysroot: TestSysroot,
+    conf_dir: tempfile::TempDir,
+    pub registries_conf: PathBuf,
+}
+
+impl Env {
+    /// A registry and a sysroot with `os-v1` deployed with [`KARGS`].
+    pub fn new() -> Env {
+        let registry = Registry::start().expect("starting docker-registry");
+        let sysroot = TestSysroot::new(STATEROOT, &fixture("os-v1"), "1", &KARGS)
+            .expect("creating a v1 sysroot");
+        let conf_dir = tempfile::tempdir().unwrap();
+        let registries_conf = registry.registries_conf(conf_dir.path()).unwrap();
+        Env {
+            registry,
+            sysroot,
+            conf_dir,
+            registries_conf,
+        }
+    }
+
+    pub fn push(&self, tag: &str, spec: &ImageSpec) -> PushedImage {
+        push_oscontainer(&self.registry, "pivot/os", tag, spec).expect("pushing an oscontainer")
+    }
+
+    /// `os-v2` with default settings, tagged `v2`.
+    pub fn push_v2(&self) -> PushedImage {
+        self.push("v2", &ImageSpec::new(fixture("os-v2"), "2"))
+    }
+
+    /// Runs the pivot binary on this sysroot; `args` come after `--sysroot`.
+    pub fn pivot(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
+        cmd.arg("--sysroot").arg(&self.sysroot.path).args(args);
+        self.run(cmd)
+    }
+
+    pub fn status_json(&self) -> serde_json::Value {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
+        cmd.args(["status", "--json", "--sysroot"])
+            .arg(&self.sysroot.path);
+        let out = self.run(cmd);
+        assert_success(&out);
+        serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+    }
+
+    fn run(&self, mut cmd: Command) -> Output {
+        cmd.env("CONTAINERS_REGISTRIES_CONF", &self.registries_conf)
+            .env_remove("JOURNAL_STREAM")
+            .envs(pivot_testkit::pivot_test_env());
+        cmd.output().expect("running pivot")
+    }
+
+    /// The deployment directory at `index` in boot order.
+    pub fn deployment(&self, index: usize) -> PathBuf {
+        self.sysroot.deployment_path(index).unwrap()
+    }
+
+    /// The /etc of the deployment that boots next.
+    pub fn default_etc(&self) -> PathBuf {
+        self.deployment(0).join("etc")
+    }
+}
+
+pub fn fixture(name: &str) -> Tree {
+    Tree::fixture(name).expect("reading a fixture tree")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "pivot failed ({}):\n{}",
+        out.status,
+        stderr(out)
+    );
+}
+
+/// Asserts pivot failed with exit code 1 and a message containing every one of `needles`.
+pub fn assert_fails_with(out: &Output, needles: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "expected failure, got {}:\n{err}",
+        out.status
+    );
+    for needle in needles {
+        assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
+    }
+}
+
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}

@@ -1,0 +1,347 @@
+//! pivot against a real registry and real libostree sysroots: the paths that succeed.
+
+mod common;
+
+use common::*;
+use pivot_testkit::{CommitLabel, Compression, ImageSpec, ManifestFormat};
+
+#[test]
+fn pivot_deploys_v2_with_etc_merge_kargs_boot_entry_and_rollback() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    let v1_commit = env.sysroot.commit_v1().to_string();
+    // Admin edits in v1's /etc: a changed file and a new one.
+    let etc = env.default_etc();
+    std::fs::write(etc.join("hostname"), "node-7\n").unwrap();
+    std::fs::write(etc.join("admin-note.conf"), "set by the admin\n").unwrap();
+
+    let out = env.pivot(&[&v2.by_tag]);
+    assert_success(&out);
+
+    // The new deployment is the default, v1 the rollback.
+    let status = env.status_json();
+    let deployments = status["deployments"].as_array().unwrap();
+    assert_eq!(deployments.len(), 2, "{status:#}");
+    let (new, old) = (&deployments[0], &deployments[1]);
+    assert_eq!(new["checksum"], v2.commit.as_str());
+    assert_eq!(new["stateroot"], STATEROOT);
+    assert_eq!(new["version"], "2");
+    assert_eq!(
+        new["image"],
+        format!("{}/pivot/os@{}", env.registry.host(), v2.digest).as_str()
+    );
+    assert_eq!(
+        (new["default"].as_bool(), new["rollback"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(
+        (new["booted"].as_bool(), new["staged"].as_bool()),
+        (Some(false), Some(false))
+    );
+    assert_eq!(old["checksum"], v1_commit.as_str());
+    assert_eq!(old["version"], "1");
+    assert_eq!(
+        (old["default"].as_bool(), old["rollback"].as_bool()),
+        (Some(false), Some(true))
+    );
+    let last = &status["pivot"][STATEROOT]["last"];
+    assert_eq!(last["outcome"], "deployed");
+    assert_eq!(last["digest"], v2.digest.as_str());
+    assert_eq!(last["commit"], v2.commit.as_str());
+    assert_eq!(last["source"], "argument");
+
+    // The origin records the image the way rpm-ostree-era tools read it.
+    let origin = read(&env.sysroot.path.join(format!(
+        "ostree/deploy/{STATEROOT}/deploy/{}.0.origin",
+        v2.commit
+    )));
+    assert!(
+        origin.contains(&format!("refspec={}\n", v2.commit)),
+        "{origin}"
+    );
+    assert!(
+        origin.contains(&format!(
+            "custom-url=pivot://{}/pivot/os@{}\n",
+            env.registry.host(),
+            v2.digest
+        )),
+        "{origin}"
+    );
+    assert!(
+        origin.contains("custom-description=Managed by pivot: "),
+        "{origin}"
+    );
+
+    // libostree wrote a BLS entry for v2 with the carried kernel arguments.
+    let entries = env.sysroot.boot_entries().unwrap();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let (_, entry) = entries
+        .iter()
+        .find(|(_, text)| text.contains("title Pivot Test OS 2"))
+        .expect("a boot entry for v2");
+    let field = |key: &str| -> String {
+        entry
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("no {key} in {entry}"))
+            .to_string()
+    };
+    let options = field("options");
+    for karg in KARGS {
+        assert!(
+            options.split(' ').any(|o| o == karg),
+            "{karg} not carried: {options}"
+        );
+    }
+    assert!(options.contains("ostree=/ostree/boot."), "{options}");
+    assert!(
+        options.ends_with(&format!("/{STATEROOT}/{}/0", bootcsum_of(&field("linux")))),
+        "{options}"
+    );
+    for key in ["linux", "initrd"] {
+        let path = field(key);
+        assert!(
+            path.starts_with(&format!("/ostree/{STATEROOT}-")),
+            "{key} {path}"
+        );
+        assert!(
+            env.sysroot.path.join("boot").join(&path[1..]).is_file(),
+            "{key} {path} missing in /boot"
+        );
+    }
+    assert!(field("linux").ends_with("/vmlinuz-6.1.0-pivot"));
+    assert!(field("initrd").ends_with("/initramfs-6.1.0-pivot.img"));
+
+    // /etc merged three ways: admin changes kept, v2's new default taken where untouched.
+    let new_etc = env.default_etc();
+    assert_eq!(read(&new_etc.join("hostname")), "node-7\n");
+    assert_eq!(read(&new_etc.join("admin-note.conf")), "set by the admin\n");
+    assert!(read(&new_etc.join("pivot-test.conf")).contains("feature-v2=on"));
+    assert!(env
+        .deployment(0)
+        .join("usr/share/pivot/v2-marker")
+        .is_file());
+
+    // The sysroot's repo is consistent.
+    let fsck = std::process::Command::new("ostree")
+        .args(["fsck", "--repo"])
+        .arg(env.sysroot.repo_path())
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+}
+
+/// `ostree=/ostree/boot.N/<stateroot>/<bootcsum>/<serial>` names the kernel's boot checksum.
+fn bootcsum_of(linux: &str) -> String {
+    let dir = linux
+        .trim_start_matches("/ostree/")
+        .split('/')
+        .next()
+        .unwrap();
+    dir.rsplit('-').next().unwrap().to_string()
+}
+
+#[test]
+fn already_at_target_is_a_noop_without_contacting_the_registry() {
+    let mut env = Env::new();
+    let v2 = env.push_v2();
+    assert_success(&env.pivot(&[&v2.by_digest]));
+    let before = env.sysroot.snapshot().unwrap();
+    env.registry.stop();
+
+    let out = env.pivot(&[&v2.by_digest]);
+    assert_success(&out);
+    assert!(
+        stderr(&out).contains("already at target"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.pivot(&["--unchanged-exit-77", &v2.by_digest]);
+    assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
+    assert_eq!(env.sysroot.snapshot().unwrap(), before);
+}
+
+#[test]
+fn tag_is_resolved_once_then_everything_goes_by_digest() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    assert_success(&env.pivot(&[&v2.by_tag]));
+
+    let by_tag = env
+        .registry
+        .count_requests("GET", "/v2/pivot/os/manifests/v2")
+        + env
+            .registry
+            .count_requests("HEAD", "/v2/pivot/os/manifests/v2");
+    assert_eq!(
+        by_tag,
+        1,
+        "tag manifest requests:\n{:?}",
+        env.registry.requests()
+    );
+    // Every other read names a digest.
+    for request in env.registry.requests() {
+        let read = request.method == "GET" || request.method == "HEAD";
+        if read
+            && request.path.starts_with("/v2/pivot/")
+            && !request.path.ends_with("/manifests/v2")
+        {
+            assert!(request.path.contains("sha256:"), "{request:?}");
+        }
+    }
+    // A second run by tag resolves the tag again (it may have moved), and finds nothing to do.
+    let out = env.pivot(&["--unchanged-exit-77", &v2.by_tag]);
+    assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
+}
+
+#[test]
+fn docker_manifest_list_resolves_to_the_host_platform() {
+    let env = Env::new();
+    let mut spec = ImageSpec::new(fixture("os-v2"), "2");
+    spec.format = ManifestFormat::DockerV2S2;
+    spec.index = true;
+    let image = env.push("v2-docker", &spec);
+    assert_success(&env.pivot(&[&image.by_tag]));
+    let status = env.status_json();
+    assert_eq!(status["deployments"][0]["checksum"], image.commit.as_str());
+    // The origin names the list's digest: the one the pullspec resolves to.
+    assert!(status["deployments"][0]["image"]
+        .as_str()
+        .unwrap()
+        .ends_with(&image.digest));
+}
+
+#[test]
+fn oci_index_with_zstd_layers_split_across_layers_is_imported() {
+    let env = Env::new();
+    let mut spec = ImageSpec::new(fixture("os-v2"), "2");
+    spec.compression = Compression::Zstd;
+    spec.index = true;
+    spec.layers = 3;
+    let image = env.push("v2-zstd", &spec);
+    assert_success(&env.pivot(&[&image.by_digest]));
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        image.commit.as_str()
+    );
+}
+
+#[test]
+fn uncompressed_layers_and_single_ref_fallback_are_imported() {
+    let env = Env::new();
+    let mut spec = ImageSpec::new(fixture("os-v2"), "2");
+    spec.compression = Compression::None;
+    spec.commit_label = CommitLabel::Omit;
+    let image = env.push("v2-plain", &spec);
+    assert_success(&env.pivot(&[&image.by_tag]));
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        image.commit.as_str()
+    );
+}
+
+#[test]
+fn pullspec_file_drives_the_pivot_and_is_removed_once_the_target_runs() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    let v1_etc = env.default_etc();
+    std::fs::create_dir_all(v1_etc.join("pivot")).unwrap();
+    std::fs::write(
+        v1_etc.join("pivot/image-pullspec"),
+        format!("  {}\n", v2.by_tag),
+    )
+    .unwrap();
+
+    assert_success(&env.pivot(&[]));
+    let status = env.status_json();
+    assert_eq!(status["deployments"][0]["checksum"], v2.commit.as_str());
+    assert_eq!(status["pivot"][STATEROOT]["attempts"], 1);
+    assert_eq!(status["pivot"][STATEROOT]["last"]["source"], "file");
+    // The file came along in the /etc merge: the next boot checks it took effect.
+    let v2_file = env.default_etc().join("pivot/image-pullspec");
+    assert!(v2_file.exists());
+
+    // Next run (the next boot): the node is on the target, so the file has done its job.
+    let out = env.pivot(&["--unchanged-exit-77"]);
+    assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
+    assert!(
+        !v2_file.exists(),
+        "the pullspec file is removed once the target runs"
+    );
+    let status = env.status_json();
+    assert_eq!(status["pivot"][STATEROOT]["last"]["outcome"], "confirmed");
+    assert_eq!(status["pivot"][STATEROOT]["attempts"], 0);
+    assert!(status["pivot"][STATEROOT]["target"].is_null());
+    // With the file gone, pivot has nothing to do and says why.
+    assert_fails_with(
+        &env.pivot(&[]),
+        &["no pullspec given", "image-pullspec does not exist"],
+    );
+}
+
+#[test]
+fn keep_holds_the_commit_under_a_ref() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    assert_success(&env.pivot(&["--keep", &v2.by_tag]));
+    let refs = std::process::Command::new("ostree")
+        .args(["refs", "--repo"])
+        .arg(env.sysroot.repo_path())
+        .output()
+        .unwrap();
+    let refs = String::from_utf8_lossy(&refs.stdout);
+    assert!(refs.lines().any(|r| r == "pivot/pivot/os"), "{refs}");
+    let rev = std::process::Command::new("ostree")
+        .args(["rev-parse", "--repo"])
+        .arg(env.sysroot.repo_path())
+        .arg("pivot/pivot/os")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&rev.stdout).trim(), v2.commit);
+}
+
+#[test]
+fn logs_carry_no_terminal_escape_codes_when_not_on_a_terminal() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    let out = env.pivot(&[&v2.by_tag]);
+    assert_success(&out);
+    assert!(!out.stderr.contains(&0x1b), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&v2.commit));
+}
+
+#[test]
+fn human_status_shows_versions_images_and_flags() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    assert_success(&env.pivot(&[&v2.by_tag]));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pivot"))
+        .args(["status", "--sysroot"])
+        .arg(&env.sysroot.path)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("{STATEROOT} {}.0 (default)", v2.commit)),
+        "{text}"
+    );
+    assert!(
+        text.contains("Version: 2") && text.contains("Version: 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "Image:   {}/pivot/os@{}",
+            env.registry.host(),
+            v2.digest
+        )),
+        "{text}"
+    );
+    assert!(text.contains("(rollback)"), "{text}");
+    assert!(text.contains("Last pivot (pivot-test): deployed"), "{text}");
+}
