@@ -52,6 +52,11 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
         None => format!("Managed by pivot: {}", info.pullspec),
     };
     origin.set_string("origin", "custom-description", &description);
+    // pivot's own group: the pullspec as given and the image's version label, for status.
+    origin.set_string("pivot", "pullspec", info.pullspec);
+    if let Some(version) = info.version {
+        origin.set_string("pivot", "version", version);
+    }
     origin
 }
 

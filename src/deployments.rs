@@ -16,7 +16,7 @@ pub struct DeploymentInfo {
     pub stateroot: String,
     pub checksum: String,
     pub serial: i32,
-    /// The commit's `version` metadata.
+    /// The commit's `version` metadata, else the image's `version` label recorded at pivot time.
     pub version: Option<String>,
     /// `host/path@sha256:…` this deployment was pivoted from, if pivot (or openshift/pivot) made it.
     pub image: Option<String>,
@@ -65,10 +65,15 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
         .enumerate()
         .map(|(i, d)| {
             let checksum = d.csum().to_string();
+            let origin = d.origin();
+            let label_version = origin
+                .as_ref()
+                .and_then(|o| o.string("pivot", "version").ok())
+                .map(|v| v.to_string());
             Ok(DeploymentInfo {
                 stateroot: d.osname().to_string(),
-                version: commit_version(&repo, &checksum)?,
-                image: d.origin().and_then(|o| origin_image(&o)),
+                version: commit_version(&repo, &checksum)?.or(label_version),
+                image: origin.as_ref().and_then(origin_image),
                 serial: d.deployserial(),
                 booted: booted.as_ref().is_some_and(|b| b.equal(d)),
                 staged: d.is_staged(),
