@@ -1,13 +1,24 @@
-//! A blocking `Read` over an async blob stream, so layers can be decompressed and imported on a
-//! blocking thread (libostree is blocking) while the download runs ahead on the async runtime.
+//! A blocking `Read` over a layer blob that the async runtime downloads ahead of it, resuming
+//! with HTTP Range requests after transient faults (within the run's retry budget) and checking
+//! the blob's size and sha256 digest itself: the reader reports end-of-file only for a blob that
+//! verified, so a consumer that reads to the end has verified data.
+//!
+//! With a spool file, every byte received is also appended to it; a later run (after this one was
+//! killed) replays the spool and downloads only the rest. Spooled bytes are trusted no more than
+//! fresh ones: they are hashed with the rest.
 
-use std::io::{self, Read};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
 
 use bytes::Bytes;
-use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
+use oci_client::manifest::OciDescriptor;
+use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
+
+use crate::registry::Registry;
 
 /// Chunks buffered ahead of the consumer: bounds memory to a few MiB per layer.
 const CHANNEL_DEPTH: usize = 64;
@@ -15,72 +26,200 @@ const CHANNEL_DEPTH: usize = 64;
 pub struct BlobReader {
     rx: mpsc::Receiver<io::Result<Bytes>>,
     current: Bytes,
+    replay: Option<File>,
+    spool: Option<File>,
+    hasher: Sha256,
     read: u64,
-    limit: u64,
+    size: u64,
+    digest: String,
     done: bool,
+    /// Bytes that came from the network in this run.
+    pub downloaded: u64,
 }
 
 impl BlobReader {
-    /// Starts forwarding `stream` on `runtime`; reading more than `limit` bytes is an error, so a
-    /// blob cannot be larger than its descriptor says.
-    pub fn spawn(
+    /// Starts downloading `desc` (after what `spool` already holds) on `runtime`.
+    pub fn open(
         runtime: &Handle,
-        mut stream: BoxStream<'static, io::Result<Bytes>>,
-        limit: u64,
-    ) -> Self {
+        registry: &Registry,
+        desc: &OciDescriptor,
+        spool: Option<&Path>,
+    ) -> io::Result<BlobReader> {
+        let size = u64::try_from(desc.size)
+            .map_err(|_| io::Error::other(format!("blob {} has a negative size", desc.digest)))?;
+        let (replay, spool, offset) = match spool {
+            Some(path) => open_spool(path, size)?,
+            None => (None, None, 0),
+        };
+        if offset > 0 {
+            tracing::info!("resuming {} at byte {offset} of {size}", desc.digest);
+        }
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-        runtime.spawn(async move {
-            while let Some(item) = stream.next().await {
-                let failed = item.is_err();
-                // The reader went away (the import failed): stop downloading.
-                if tx.send(item).await.is_err() || failed {
-                    break;
-                }
-            }
-        });
-        BlobReader {
+        runtime.spawn(forward(registry.clone(), desc.clone(), offset, size, tx));
+        Ok(BlobReader {
             rx,
             current: Bytes::new(),
+            replay,
+            spool,
+            hasher: Sha256::new(),
             read: 0,
-            limit,
+            size,
+            digest: desc.digest.clone(),
             done: false,
-        }
+            downloaded: 0,
+        })
     }
 
-    /// Bytes handed out so far.
-    pub fn bytes_read(&self) -> u64 {
-        self.read
+    fn finish(&mut self) -> io::Result<usize> {
+        self.done = true;
+        if self.read != self.size {
+            return Err(io::Error::other(format!(
+                "blob {} ended after {} of its {} bytes",
+                self.digest, self.read, self.size
+            )));
+        }
+        let actual = format!("sha256:{}", hex::encode(self.hasher.clone().finalize()));
+        if actual != self.digest {
+            return Err(io::Error::other(format!(
+                "digest mismatch: expected {}, got {actual}",
+                self.digest
+            )));
+        }
+        Ok(0)
+    }
+
+    fn take(&mut self, buf: &mut [u8], chunk: &[u8]) -> io::Result<usize> {
+        if self.read + chunk.len() as u64 > self.size {
+            self.done = true;
+            return Err(io::Error::other(format!(
+                "blob {} is larger than the {} bytes its descriptor declares",
+                self.digest, self.size
+            )));
+        }
+        buf[..chunk.len()].copy_from_slice(chunk);
+        self.hasher.update(chunk);
+        self.read += chunk.len() as u64;
+        Ok(chunk.len())
     }
 }
 
 impl Read for BlobReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            if self.done {
-                return Ok(0);
+        if self.done {
+            return Ok(0);
+        }
+        if let Some(replay) = &mut self.replay {
+            let mut tmp = vec![0; buf.len().min(1 << 16)];
+            let n = replay.read(&mut tmp)?;
+            if n > 0 {
+                return self.take(buf, &tmp[..n]);
             }
+            self.replay = None;
+        }
+        while self.current.is_empty() {
             match self.rx.blocking_recv() {
-                Some(Ok(chunk)) => self.current = chunk,
+                Some(Ok(chunk)) => {
+                    if let Some(spool) = &mut self.spool {
+                        spool.write_all(&chunk)?;
+                    }
+                    self.downloaded += chunk.len() as u64;
+                    self.current = chunk;
+                }
                 Some(Err(e)) => {
                     self.done = true;
                     return Err(e);
                 }
-                None => {
-                    self.done = true;
-                    return Ok(0);
-                }
+                None => return self.finish(),
             }
         }
         let n = buf.len().min(self.current.len());
-        if self.read + n as u64 > self.limit {
-            self.done = true;
-            return Err(io::Error::other(format!(
-                "blob is larger than the {} bytes its descriptor declares",
-                self.limit
-            )));
+        let chunk = self.current.split_to(n);
+        self.take(buf, &chunk)
+    }
+}
+
+/// Opens `path` for replay and append; a spool longer than the blob is discarded.
+fn open_spool(path: &Path, size: u64) -> io::Result<(Option<File>, Option<File>, u64)> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let keep = existing <= size;
+    let writer = std::fs::OpenOptions::new()
+        .create(true)
+        .append(keep)
+        .write(true)
+        .truncate(!keep)
+        .open(path)?;
+    if !keep || existing == 0 {
+        return Ok((None, Some(writer), 0));
+    }
+    Ok((Some(File::open(path)?), Some(writer), existing))
+}
+
+/// Downloads the blob from `offset` into `tx`, resuming after transient faults.
+async fn forward(
+    registry: Registry,
+    desc: OciDescriptor,
+    mut offset: u64,
+    size: u64,
+    tx: mpsc::Sender<io::Result<Bytes>>,
+) {
+    let policy = *registry.retry_policy();
+    let mut attempt = 0;
+    while offset < size {
+        let failure = match registry.blob_from(&desc, offset).await {
+            Ok(mut stream) => {
+                let mut failure = None;
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(chunk) => {
+                            offset += chunk.len() as u64;
+                            attempt = 0;
+                            if tx.send(Ok(chunk)).await.is_err() {
+                                return; // The reader gave up: stop downloading.
+                            }
+                        }
+                        Err(e) => {
+                            failure = Some(crate::retry::describe(&e));
+                            break;
+                        }
+                    }
+                }
+                match failure {
+                    // All bytes are in; a verifying stream's complaint is the reader's to make.
+                    _ if offset >= size => return,
+                    Some(f) => f,
+                    None => format!("the connection closed after byte {offset}"),
+                }
+            }
+            Err(e) if !crate::retry::is_transient(&e) => {
+                let _ = tx
+                    .send(Err(io::Error::other(crate::retry::describe(&e))))
+                    .await;
+                return;
+            }
+            Err(e) => crate::retry::describe(&e),
+        };
+        attempt += 1;
+        match policy.next_delay(attempt) {
+            Some(delay) => {
+                tracing::warn!(
+                    "fetching blob {}: {failure}; resuming at byte {offset} in {:.1} s",
+                    desc.digest,
+                    delay.as_secs_f64()
+                );
+                tokio::time::sleep(delay).await;
+            }
+            None => {
+                let _ = tx
+                    .send(Err(io::Error::other(format!(
+                        "{failure} (gave up at byte {offset} of {size} within the {} s retry budget)",
+                        policy.budget().as_secs()
+                    ))))
+                    .await;
+                return;
+            }
         }
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        self.read += n as u64;
-        Ok(n)
     }
 }

@@ -1,11 +1,15 @@
 //! Command-line interface, compatible with openshift/pivot's flags.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
+use crate::config::auth::AuthFiles;
 use crate::pivot::{self, Outcome};
+use crate::registry::Access;
+use crate::retry::{self, RetryPolicy};
 use crate::{reboot, status};
 
 /// Move this OSTree system to the OS in an oscontainer image.
@@ -47,6 +51,21 @@ pub struct PivotArgs {
     /// Stateroot (osname) to deploy to; default: that of the booted (or default) deployment.
     #[arg(long, value_name = "NAME")]
     pub stateroot: Option<String>,
+    /// Registry credentials (containers-auth.json); default: $REGISTRY_AUTH_FILE, then
+    /// /run/ostree/auth.json, /etc/ostree/auth.json, /usr/lib/ostree/auth.json and
+    /// /var/lib/kubelet/config.json.
+    #[arg(long, value_name = "PATH")]
+    pub authfile: Option<PathBuf>,
+    /// Directory of *.crt CAs (and *.cert/*.key) to use instead of
+    /// /etc/containers/certs.d/<host[:port]>/.
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// Verify registries' TLS certificates (--tls-verify=false turns it off, with a warning).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub tls_verify: bool,
+    /// Seconds a run may spend retrying transient registry faults before it fails.
+    #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
+    pub retry_timeout: u64,
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +106,12 @@ async fn run_pivot(args: PivotArgs) -> Result<Exit> {
         sysroot: args.sysroot,
         stateroot: args.stateroot,
         keep: args.keep,
+        access: Access {
+            auth: AuthFiles::new(args.authfile.as_deref()),
+            cert_dir: args.cert_dir,
+            tls_verify: args.tls_verify,
+            retry: RetryPolicy::new(Duration::from_secs(args.retry_timeout)),
+        },
     };
     let report = pivot::run(&opts).await?;
     let reboot_owed = match report.outcome {

@@ -16,5 +16,6 @@ pub mod pivot;
 pub mod reboot;
 pub mod reference;
 pub mod registry;
+pub mod retry;
 pub mod state;
 pub mod status;

@@ -8,7 +8,8 @@ use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::prelude::*;
 
 pub fn init() {
-    let filter = EnvFilter::try_from_env("PIVOT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_env("PIVOT_LOG").unwrap_or_else(|_| EnvFilter::new("warn,pivot=info"));
     // systemd sets JOURNAL_STREAM when stderr goes to the journal.
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         if let Ok(journald) = tracing_journald::layer() {

@@ -22,7 +22,7 @@ use crate::deployments::{self, DeploymentInfo};
 use crate::image::OsImage;
 use crate::import::{self, RepoImporter};
 use crate::reference::ImageRef;
-use crate::registry::Registry;
+use crate::registry::{self, Access, Registry};
 use crate::state::{Attempt, State, StateFile, MAX_ATTEMPTS};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
@@ -34,6 +34,7 @@ pub struct Options {
     pub sysroot: PathBuf,
     pub stateroot: Option<String>,
     pub keep: bool,
+    pub access: Access,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,10 +233,8 @@ impl Run<'_> {
         }
 
         let conf = RegistriesConf::load_default()?;
-        let registry = Registry::new(&self.image, &conf)?;
         let what = self.image.to_string();
-        let resolved = registry
-            .resolve(&self.image)
+        let (registry, resolved) = registry::open(&self.image, &conf, &self.opts.access)
             .await
             .with_context(|| format!("pulling {what}"))?;
         let image = self.image.with_digest(&resolved.digest);
@@ -244,7 +243,7 @@ impl Run<'_> {
             return self.settle(hit.clone());
         }
         let config = registry
-            .fetch_json_blob(&image, &OsImage::config_descriptor(&resolved.manifest))
+            .fetch_json_blob(&OsImage::config_descriptor(&resolved.manifest))
             .await
             .with_context(|| format!("pulling {what}: fetching the image config"))?;
         let os = OsImage::new(&resolved, &config).with_context(|| format!("pulling {what}"))?;
@@ -442,6 +441,14 @@ impl Job {
     }
 
     fn import_in_transaction(&self, repo: &ostree::Repo) -> Result<String> {
+        let spools = Spools::new(repo, &self.os);
+        let imported = self.import_layers(repo, &spools);
+        // A killed run keeps its downloads for the next one; a run that ends keeps nothing.
+        spools.remove_all();
+        imported
+    }
+
+    fn import_layers(&self, repo: &ostree::Repo, spools: &Spools) -> Result<String> {
         let tx = repo
             .auto_transaction(gio::Cancellable::NONE)
             .context("starting a repo transaction")?;
@@ -450,15 +457,18 @@ impl Job {
         for (i, layer) in self.os.layers.iter().enumerate() {
             let digest = &layer.descriptor.digest;
             let context = || format!("fetching layer {}/{count} {digest}", i + 1);
-            let stream = self
-                .runtime
-                .block_on(self.registry.blob_stream(&self.image, &layer.descriptor))
-                .with_context(context)?;
-            let size = u64::try_from(layer.descriptor.size).unwrap_or(0);
-            let reader = BlobReader::spawn(&self.runtime, stream, size);
+            let spool = spools.path(digest);
+            let reader = BlobReader::open(
+                &self.runtime,
+                &self.registry,
+                &layer.descriptor,
+                spool.as_deref(),
+            )
+            .with_context(context)?;
             importer
                 .import_blob(reader, layer.compression)
                 .with_context(context)?;
+            spools.remove(digest);
         }
         let (written, skipped) = (importer.objects_written, importer.objects_skipped);
         let commit = importer.finish(self.os.commit_label.as_deref())?;
@@ -467,4 +477,46 @@ impl Job {
         tracing::info!(commit = %commit, "imported {commit}: {written} objects written, {skipped} already present");
         Ok(commit)
     }
+}
+
+/// Partial layer downloads under the repo's `tmp/pivot-downloads/`, kept only while a run is in
+/// progress, so that a run that is killed can be resumed by the next one.
+struct Spools {
+    dir: PathBuf,
+}
+
+impl Spools {
+    const DIR: &'static str = "tmp/pivot-downloads";
+
+    /// Drops what earlier runs left for other images.
+    fn new(repo: &ostree::Repo, os: &OsImage) -> Spools {
+        let dir = repo.path().path().unwrap_or_default().join(Self::DIR);
+        let wanted: Vec<String> = os
+            .layers
+            .iter()
+            .map(|l| spool_name(&l.descriptor.digest))
+            .collect();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !wanted.iter().any(|w| entry.file_name() == w.as_str()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Spools { dir }
+    }
+
+    fn path(&self, digest: &str) -> Option<PathBuf> {
+        Some(self.dir.join(spool_name(digest)))
+    }
+
+    fn remove(&self, digest: &str) {
+        let _ = std::fs::remove_file(self.dir.join(spool_name(digest)));
+    }
+
+    fn remove_all(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spool_name(digest: &str) -> String {
+    format!("{}.partial", digest.replace(':', "-"))
 }

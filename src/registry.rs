@@ -1,19 +1,30 @@
-//! Talking to the registry with oci-client: manifests (index → this host's platform), the config
-//! blob, and layer streams. Everything returned here has been checked against its digest; nothing
-//! downstream re-checks.
+//! Talking to registries with oci-client: choosing the source (mirrors, then the primary),
+//! credentials and TLS per source, manifests (index → this host's platform), the config blob and
+//! ranged blob streams. Manifests and configs returned here have been checked against their
+//! digests; blob streams are checked by [`crate::blob_reader`].
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
-use oci_client::client::{ClientConfig, ClientProtocol};
+use futures_util::StreamExt;
+use oci_client::client::{
+    BlobResponse, Certificate, CertificateEncoding, ClientConfig, ClientProtocol,
+};
+use oci_client::errors::OciDistributionError;
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use oci_spec::image::{ImageIndex, ImageManifest};
 use sha2::{Digest, Sha256};
 
-use crate::config::registries::RegistriesConf;
+use crate::config::auth::AuthFiles;
+use crate::config::certs;
+use crate::config::registries::{RegistriesConf, Source};
 use crate::reference::ImageRef;
+use crate::retry::{self, RetryPolicy};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -23,6 +34,10 @@ const ACCEPTED: [&str; 4] = [OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LI
 
 /// Manifests and configs are small JSON documents; anything bigger is not an oscontainer.
 const MAX_JSON_BYTES: usize = 4 << 20;
+/// A registry that does not accept a connection in this time is treated as down (and retried).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// A transfer that delivers no byte for this long is cut and resumed.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One image's manifest, resolved to this host's platform.
 #[derive(Debug, Clone)]
@@ -34,38 +49,119 @@ pub struct ResolvedManifest {
     pub manifest: ImageManifest,
 }
 
-/// A registry connection for one image name.
+/// How to reach registries: credentials, TLS and the retry budget.
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub auth: AuthFiles,
+    /// `--cert-dir`: replaces the certs.d lookup.
+    pub cert_dir: Option<PathBuf>,
+    /// `--tls-verify=false` turns certificate verification off.
+    pub tls_verify: bool,
+    pub retry: RetryPolicy,
+}
+
+/// Tries the image's sources in registries.conf order (mirrors, then the primary); the first
+/// that serves the manifest is used for everything else.
+pub async fn open(
+    image: &ImageRef,
+    conf: &RegistriesConf,
+    access: &Access,
+) -> Result<(Registry, ResolvedManifest)> {
+    let sources = conf.sources(image)?;
+    let mut failures = Vec::new();
+    for source in &sources {
+        let attempt = async {
+            let registry = Registry::connect(source, access)?;
+            let resolved = registry.resolve().await?;
+            anyhow::Ok((registry, resolved))
+        };
+        match attempt.await {
+            Ok(found) => {
+                if source.mirror {
+                    tracing::info!("pulling {} from mirror {}", image, source.image.name());
+                }
+                return Ok(found);
+            }
+            Err(e) if sources.len() == 1 => return Err(e),
+            Err(e) => {
+                tracing::warn!("{}: {e:#}", source.image.name());
+                failures.push(format!("{}: {e:#}", source.image.name()));
+            }
+        }
+    }
+    bail!("no source could serve it: {}", failures.join("; "))
+}
+
+/// A connection to one source of an image.
 #[derive(Clone)]
 pub struct Registry {
     client: Client,
     auth: RegistryAuth,
-    name: String,
+    image: ImageRef,
+    retry: RetryPolicy,
 }
 
 impl Registry {
-    pub fn new(image: &ImageRef, conf: &RegistriesConf) -> Result<Registry> {
-        let name = image.name();
-        let protocol = if conf.is_insecure(&name) {
-            tracing::info!(registry = %image.registry, "registry is marked insecure: using plain HTTP");
+    pub fn connect(source: &Source, access: &Access) -> Result<Registry> {
+        let image = source.image.clone();
+        let host = image.registry.as_str();
+        let protocol = if source.insecure {
+            tracing::info!(registry = %host, "registry is marked insecure: using plain HTTP");
             ClientProtocol::Http
         } else {
             ClientProtocol::Https
         };
+        let tls = certs::for_host(host, access.cert_dir.as_deref())?;
+        if !tls.client_pairs.is_empty() {
+            tracing::warn!(
+                "{} holds a client certificate, but the registry client cannot present client certificates; the registry may refuse the connection",
+                tls.dir.unwrap_or_default().display()
+            );
+        }
+        if !access.tls_verify {
+            tracing::warn!(registry = %host, "TLS certificate verification is off (--tls-verify=false)");
+        }
         let config = ClientConfig {
             protocol,
-            connect_timeout: Some(std::time::Duration::from_secs(30)),
-            read_timeout: Some(std::time::Duration::from_secs(60)),
+            accept_invalid_certificates: !access.tls_verify,
+            accept_invalid_hostnames: !access.tls_verify,
+            extra_root_certificates: tls
+                .ca_pems
+                .into_iter()
+                .map(|data| Certificate {
+                    encoding: CertificateEncoding::Pem,
+                    data,
+                })
+                .collect(),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(STALL_TIMEOUT),
             ..Default::default()
         };
-        let client = Client::try_from(config).context("setting up the HTTP client")?;
+        let client = Client::try_from(config)
+            .map_err(oci_error)
+            .with_context(|| format!("setting up TLS for {host}"))?;
+        let auth = match access.auth.lookup(&image.name())? {
+            Some(creds) => {
+                tracing::info!(registry = %host, "using credentials from {}", creds.source.display());
+                RegistryAuth::Basic(creds.username, creds.password)
+            }
+            None => RegistryAuth::Anonymous,
+        };
         Ok(Registry {
             client,
-            auth: RegistryAuth::Anonymous,
-            name,
+            auth,
+            image,
+            retry: access.retry,
         })
     }
 
-    fn reference(&self, image: &ImageRef, digest: Option<&str>) -> Reference {
+    /// The image as named at this source.
+    pub fn image(&self) -> &ImageRef {
+        &self.image
+    }
+
+    fn reference(&self, digest: Option<&str>) -> Reference {
+        let image = &self.image;
         match digest.or(image.digest.as_deref()) {
             Some(d) => {
                 Reference::with_digest(image.registry.clone(), image.repository.clone(), d.into())
@@ -78,12 +174,12 @@ impl Registry {
         }
     }
 
-    /// Fetches the manifest `image` names, checking its bytes against the pinned digest (a tag is
-    /// resolved here, once), and resolves an index to the manifest for this host's platform.
-    pub async fn resolve(&self, image: &ImageRef) -> Result<ResolvedManifest> {
-        let what = image.pinned_or_tagged();
+    /// Fetches the manifest the image names, checking its bytes against the pinned digest (a tag
+    /// is resolved here, once), and resolves an index to the manifest for this host's platform.
+    pub async fn resolve(&self) -> Result<ResolvedManifest> {
+        let what = self.image.pinned_or_tagged();
         let (bytes, digest) = self
-            .fetch_manifest(image, image.digest.as_deref())
+            .fetch_manifest(self.image.digest.as_deref())
             .await
             .with_context(|| format!("fetching manifest of {what}"))?;
         match parse_manifest(&bytes).with_context(|| format!("reading manifest of {what}"))? {
@@ -95,10 +191,8 @@ impl Registry {
             Parsed::Index(index) => {
                 let child = pick_platform(&index)
                     .with_context(|| format!("choosing a platform from the index {what}"))?;
-                let (bytes, child_digest) = self
-                    .fetch_manifest(image, Some(&child))
-                    .await
-                    .with_context(|| {
+                let (bytes, child_digest) =
+                    self.fetch_manifest(Some(&child)).await.with_context(|| {
                         format!("fetching the {} manifest {child}", host_platform().1)
                     })?;
                 match parse_manifest(&bytes).with_context(|| format!("reading manifest {child}"))? {
@@ -114,17 +208,13 @@ impl Registry {
     }
 
     /// Returns the manifest bytes and their digest, verified against `expected` when given.
-    async fn fetch_manifest(
-        &self,
-        image: &ImageRef,
-        expected: Option<&str>,
-    ) -> Result<(Bytes, String)> {
-        let reference = self.reference(image, expected);
-        let (bytes, _server_digest) = self
-            .client
-            .pull_manifest_raw(&reference, &self.auth, &ACCEPTED)
-            .await
-            .map_err(oci_error)?;
+    async fn fetch_manifest(&self, expected: Option<&str>) -> Result<(Bytes, String)> {
+        let reference = self.reference(expected);
+        let (bytes, _server_digest) = retry::retry(&self.retry, "fetching manifest", || {
+            self.client
+                .pull_manifest_raw(&reference, &self.auth, &ACCEPTED)
+        })
+        .await?;
         ensure!(
             bytes.len() <= MAX_JSON_BYTES,
             "manifest is {} bytes, more than the {MAX_JSON_BYTES} an image manifest may have",
@@ -142,23 +232,22 @@ impl Registry {
     }
 
     /// Fetches a small JSON blob (the image config), verified against its descriptor.
-    pub async fn fetch_json_blob(&self, image: &ImageRef, desc: &OciDescriptor) -> Result<Vec<u8>> {
+    pub async fn fetch_json_blob(&self, desc: &OciDescriptor) -> Result<Vec<u8>> {
         ensure!(
             (0..=MAX_JSON_BYTES as i64).contains(&desc.size),
             "config blob {} claims {} bytes; at most {MAX_JSON_BYTES} are accepted",
             desc.digest,
             desc.size
         );
-        let mut out = Vec::with_capacity(desc.size as usize);
-        self.client
-            .pull_blob(
-                &self.reference(image, None),
-                &safe_descriptor(desc),
-                &mut out,
-            )
-            .await
-            .map_err(oci_error)
-            .with_context(|| format!("fetching blob {}", desc.digest))?;
+        let reference = self.reference(None);
+        let desc = safe_descriptor(desc);
+        let out = retry::retry(&self.retry, "fetching the image config", || async {
+            let mut out = Vec::with_capacity(desc.size as usize);
+            self.client.pull_blob(&reference, &desc, &mut out).await?;
+            Ok(out)
+        })
+        .await
+        .with_context(|| format!("fetching blob {}", desc.digest))?;
         ensure!(
             out.len() as i64 == desc.size,
             "blob {} has {} bytes, its descriptor says {}",
@@ -169,32 +258,63 @@ impl Registry {
         Ok(out)
     }
 
-    /// Streams a blob. The stream ends with an error instead of `None` when the bytes do not
-    /// hash to the descriptor's digest, so a consumer that reads to the end has verified data.
-    pub async fn blob_stream(
+    /// One request for a blob's bytes from `offset` on. Unverified: the caller hashes every byte
+    /// (see [`crate::blob_reader`]); errors are left unwrapped so they can be classified.
+    pub async fn blob_from(
         &self,
-        image: &ImageRef,
         desc: &OciDescriptor,
-    ) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
-        let sized = self
+        offset: u64,
+    ) -> std::result::Result<BoxStream<'static, std::io::Result<Bytes>>, OciDistributionError> {
+        let reference = self.reference(None);
+        let desc = safe_descriptor(desc);
+        if offset == 0 {
+            return Ok(self
+                .client
+                .pull_blob_stream(&reference, &desc)
+                .await?
+                .stream);
+        }
+        match self
             .client
-            .pull_blob_stream(&self.reference(image, None), &safe_descriptor(desc))
-            .await
-            .map_err(oci_error)
-            .with_context(|| format!("fetching blob {}", desc.digest))?;
-        Ok(sized.stream)
+            .pull_blob_stream_partial(&reference, &desc, offset, None)
+            .await?
+        {
+            BlobResponse::Partial(sized) => Ok(sized.stream),
+            // The server ignored the Range header: skip what we already have.
+            BlobResponse::Full(sized) => Ok(skip_bytes(sized.stream, offset)),
+        }
     }
 
-    /// `host/path` of the image this registry serves.
-    pub fn name(&self) -> &str {
-        &self.name
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
     }
+}
+
+fn skip_bytes(
+    stream: BoxStream<'static, std::io::Result<Bytes>>,
+    skip: u64,
+) -> BoxStream<'static, std::io::Result<Bytes>> {
+    let mut left = skip;
+    stream
+        .filter_map(move |item| {
+            let out = match item {
+                Ok(mut chunk) if left > 0 => {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    left -= n as u64;
+                    let rest = chunk.split_off(n);
+                    (!rest.is_empty()).then_some(Ok(rest))
+                }
+                other => Some(other),
+            };
+            std::future::ready(out)
+        })
+        .boxed()
 }
 
 /// oci-client's errors already spell out their causes in their message; keeping them as one
 /// message avoids printing each cause twice in the error chain.
 fn oci_error(e: oci_client::errors::OciDistributionError) -> anyhow::Error {
-    anyhow::anyhow!("{e}")
+    anyhow::anyhow!("{}", retry::describe(&e))
 }
 
 /// Only the digest is passed on: a manifest's `urls` would send the client to other hosts.

@@ -116,7 +116,11 @@ fn corrupted_layer_blob_is_refused_as_a_digest_mismatch() {
     assert_refused(
         &env,
         &[&v2.by_tag],
-        &["fetching layer 1/1", &v2.layer_digests[0], "Invalid digest"],
+        &[
+            "fetching layer 1/1",
+            &v2.layer_digests[0],
+            "digest mismatch: expected",
+        ],
     );
 }
 

@@ -61,6 +61,9 @@ impl Env {
 
     fn run(&self, mut cmd: Command) -> Output {
         cmd.env("CONTAINERS_REGISTRIES_CONF", &self.registries_conf)
+            // Tests that need a longer retry budget pass --retry-timeout.
+            .env("PIVOT_RETRY_TIMEOUT", "2")
+            .env_remove("REGISTRY_AUTH_FILE")
             .env_remove("JOURNAL_STREAM")
             .envs(pivot_testkit::pivot_test_env());
         cmd.output().expect("running pivot")

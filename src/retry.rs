@@ -1,0 +1,185 @@
+//! Retrying registry requests: transient faults (connection refused or reset, timeouts, 408, 429,
+//! 5xx, a body cut short) are retried with exponential backoff and full jitter until the run's
+//! time budget (`--retry-timeout`, default 120 s) is spent; permanent ones (401, 403, 404, other
+//! 4xx, digest mismatches) fail at once with the registry's own message.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+
+pub const DEFAULT_BUDGET: Duration = Duration::from_secs(120);
+const FIRST_DELAY: Duration = Duration::from_millis(500);
+const MAX_DELAY: Duration = Duration::from_secs(15);
+
+/// How long one pivot run may keep retrying, shared by all its requests.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    deadline: Instant,
+    budget: Duration,
+}
+
+impl RetryPolicy {
+    pub fn new(budget: Duration) -> RetryPolicy {
+        RetryPolicy {
+            deadline: Instant::now() + budget,
+            budget,
+        }
+    }
+
+    /// The delay before retry number `attempt` (1-based), or `None` once the budget is spent.
+    pub fn next_delay(&self, attempt: u32) -> Option<Duration> {
+        let exp = FIRST_DELAY.saturating_mul(1 << attempt.saturating_sub(1).min(16));
+        let cap = exp.min(MAX_DELAY);
+        // Full jitter: many nodes retrying against one registry must not do so in lockstep.
+        let delay = cap.mul_f64(0.5 + 0.5 * jitter());
+        (Instant::now() + delay < self.deadline).then_some(delay)
+    }
+
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+}
+
+/// A uniformly spread number in [0, 1) without a random-number crate: the standard library's
+/// randomly keyed hasher over the current time.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+pub fn is_transient(e: &OciDistributionError) -> bool {
+    match e {
+        // A certificate the client does not trust will not become trusted by asking again.
+        OciDistributionError::RequestError(_) if is_tls_rejection(e) => false,
+        OciDistributionError::RequestError(e) => {
+            e.is_connect() || e.is_timeout() || e.is_request() || e.is_body() || e.is_decode()
+        }
+        OciDistributionError::ServerError { code, .. } => {
+            *code >= 500 || *code == 429 || *code == 408
+        }
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| e.code == OciErrorCode::Toomanyrequests),
+        OciDistributionError::IoError(_) => true,
+        _ => false,
+    }
+}
+
+fn is_tls_rejection(e: &OciDistributionError) -> bool {
+    let text = describe(e).to_ascii_lowercase();
+    // "wrong version number": TLS spoken to a plain-HTTP server, a configuration error.
+    text.contains("certificate") || text.contains("wrong version number")
+}
+
+/// The error with all its causes, each said once: reqwest's own message omits the cause that
+/// matters most (refused, certificate unknown, …).
+pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Runs `op` until it succeeds, fails permanently, or the budget is spent.
+pub async fn retry<T, F, Fut>(policy: &RetryPolicy, what: &str, mut op: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, OciDistributionError>>,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let err = match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        if !is_transient(&err) {
+            return Err(anyhow::anyhow!("{}", describe(&err)));
+        }
+        match policy.next_delay(attempt) {
+            Some(delay) => {
+                tracing::warn!(
+                    "{what}: {}; retrying in {:.1} s",
+                    describe(&err),
+                    delay.as_secs_f64()
+                );
+                tokio::time::sleep(delay).await;
+            }
+            None => {
+                return Err(anyhow::anyhow!(
+                    "{} (gave up after {attempt} attempts within the {} s retry budget)",
+                    describe(&err),
+                    policy.budget().as_secs()
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_grow_and_stay_within_the_cap() {
+        let policy = RetryPolicy::new(Duration::from_secs(3600));
+        let first = policy.next_delay(1).unwrap();
+        assert!(
+            first >= FIRST_DELAY / 2 && first <= FIRST_DELAY,
+            "{first:?}"
+        );
+        let late = policy.next_delay(30).unwrap();
+        assert!(late >= MAX_DELAY / 2 && late <= MAX_DELAY, "{late:?}");
+    }
+
+    #[test]
+    fn spent_budget_stops_retries() {
+        let policy = RetryPolicy::new(Duration::from_millis(10));
+        assert!(policy.next_delay(1).is_none());
+    }
+
+    #[test]
+    fn status_codes_are_classified() {
+        let server = |code| OciDistributionError::ServerError {
+            code,
+            url: String::new(),
+            message: String::new(),
+        };
+        assert!(is_transient(&server(503)));
+        assert!(is_transient(&server(429)));
+        assert!(!is_transient(&server(404)));
+        assert!(!is_transient(&OciDistributionError::UnauthorizedError {
+            url: String::new()
+        }));
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_fail_at_once() {
+        let policy = RetryPolicy::new(Duration::from_secs(60));
+        let mut calls = 0;
+        let err = retry(&policy, "x", || {
+            calls += 1;
+            async { Err::<(), _>(OciDistributionError::UnauthorizedError { url: "u".into() }) }
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(calls, 1);
+        assert!(err.to_string().contains("u"));
+    }
+}
