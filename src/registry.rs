@@ -97,6 +97,8 @@ pub async fn open(
 pub struct Registry {
     client: Client,
     auth: RegistryAuth,
+    /// The auth file the credentials came from, if any.
+    auth_source: Option<PathBuf>,
     image: ImageRef,
     retry: RetryPolicy,
 }
@@ -140,16 +142,20 @@ impl Registry {
         let client = Client::try_from(config)
             .map_err(oci_error)
             .with_context(|| format!("setting up TLS for {host}"))?;
-        let auth = match access.auth.lookup(&image.name())? {
+        let (auth, auth_source) = match access.auth.lookup(&image.name())? {
             Some(creds) => {
                 tracing::info!(registry = %host, "using credentials from {}", creds.source.display());
-                RegistryAuth::Basic(creds.username, creds.password)
+                (
+                    RegistryAuth::Basic(creds.username, creds.password),
+                    Some(creds.source),
+                )
             }
-            None => RegistryAuth::Anonymous,
+            None => (RegistryAuth::Anonymous, None),
         };
         Ok(Registry {
             client,
             auth,
+            auth_source,
             image,
             retry: access.retry,
         })
@@ -214,7 +220,8 @@ impl Registry {
             self.client
                 .pull_manifest_raw(&reference, &self.auth, &ACCEPTED)
         })
-        .await?;
+        .await
+        .map_err(|e| self.explain_denied(e))?;
         ensure!(
             bytes.len() <= MAX_JSON_BYTES,
             "manifest is {} bytes, more than the {MAX_JSON_BYTES} an image manifest may have",
@@ -282,6 +289,23 @@ impl Registry {
             BlobResponse::Partial(sized) => Ok(sized.stream),
             // The server ignored the Range header: skip what we already have.
             BlobResponse::Full(sized) => Ok(skip_bytes(sized.stream, offset)),
+        }
+    }
+
+    /// Says whether a refusal met no credentials or the wrong ones (never what they are).
+    fn explain_denied(&self, e: anyhow::Error) -> anyhow::Error {
+        if !e.to_string().contains("Not authorized") {
+            return e;
+        }
+        let name = self.image.name();
+        match &self.auth_source {
+            None => e.context(format!(
+                "the registry requires credentials and no auth file has any for {name} (see --authfile)"
+            )),
+            Some(path) => e.context(format!(
+                "the registry refused the credentials for {name} from {}",
+                path.display()
+            )),
         }
     }
 

@@ -21,11 +21,21 @@ pub struct Env {
 impl Env {
     /// A registry and a sysroot with `os-v1` deployed with [`KARGS`].
     pub fn new() -> Env {
-        let registry = Registry::start().expect("starting docker-registry");
+        Env::with_registry(Registry::start().expect("starting docker-registry"))
+    }
+
+    /// `registry` (plain HTTP ones are marked insecure) and a v1 sysroot.
+    pub fn with_registry(registry: Registry) -> Env {
         let sysroot = TestSysroot::new(STATEROOT, &fixture("os-v1"), "1", &KARGS)
             .expect("creating a v1 sysroot");
         let conf_dir = tempfile::tempdir().unwrap();
-        let registries_conf = registry.registries_conf(conf_dir.path()).unwrap();
+        let registries_conf = if registry.is_tls() {
+            let path = conf_dir.path().join("registries.conf");
+            std::fs::write(&path, "").unwrap();
+            path
+        } else {
+            registry.registries_conf(conf_dir.path()).unwrap()
+        };
         Env {
             registry,
             sysroot,
@@ -41,6 +51,18 @@ impl Env {
     /// `os-v2` with default settings, tagged `v2`.
     pub fn push_v2(&self) -> PushedImage {
         self.push("v2", &ImageSpec::new(fixture("os-v2"), "2"))
+    }
+
+    /// A directory that lives as long as this environment, for config files.
+    pub fn dir(&self) -> &Path {
+        self.conf_dir.path()
+    }
+
+    /// Replaces the registries.conf pivot reads.
+    pub fn set_registries_conf(&mut self, text: &str) {
+        let path = self.conf_dir.path().join("registries-custom.conf");
+        std::fs::write(&path, text).unwrap();
+        self.registries_conf = path;
     }
 
     /// Runs the pivot binary on this sysroot; `args` come after `--sysroot`.
@@ -59,14 +81,29 @@ impl Env {
         serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
     }
 
+    /// Starts pivot without waiting for it.
+    pub fn spawn_pivot(&self, args: &[&str]) -> std::process::Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
+        cmd.arg("--sysroot").arg(&self.sysroot.path).args(args);
+        self.prepare(&mut cmd);
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting pivot")
+    }
+
     fn run(&self, mut cmd: Command) -> Output {
+        self.prepare(&mut cmd);
+        cmd.output().expect("running pivot")
+    }
+
+    fn prepare(&self, cmd: &mut Command) {
         cmd.env("CONTAINERS_REGISTRIES_CONF", &self.registries_conf)
             // Tests that need a longer retry budget pass --retry-timeout.
             .env("PIVOT_RETRY_TIMEOUT", "2")
             .env_remove("REGISTRY_AUTH_FILE")
             .env_remove("JOURNAL_STREAM")
             .envs(pivot_testkit::pivot_test_env());
-        cmd.output().expect("running pivot")
     }
 
     /// The deployment directory at `index` in boot order.

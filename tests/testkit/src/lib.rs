@@ -1,21 +1,37 @@
 //! Test kit for `pivot`, built from real parts: fixture trees committed with
 //! libostree, a real `docker-registry` on loopback, legacy oscontainers pushed
 //! to it, and throwaway OSTree sysroots deployed by the ostree CLI.
+//! For auth, TLS and fault tests: a CA made at test time, htpasswd and token
+//! auth on the registry, a bearer-token server and a fault-injecting proxy.
 
+mod auth;
 mod commit;
+mod fault;
+mod fault_proxy;
+mod http1;
+mod jwt;
 mod layer;
 mod oscontainer;
 mod push;
 mod registry;
+mod registry_config;
+mod serve;
 mod sysroot;
+mod tls;
+mod token_server;
 mod tree;
 
+pub use auth::{basic_auth, htpasswd_line, write_auth_json};
 pub use commit::{commit_tree, COMMIT_TIME};
+pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
 pub use oscontainer::{
     push_oscontainer, CommitLabel, Compression, ImageSpec, ManifestFormat, PushedImage,
     COMMIT_LABEL, DECOY_COMMIT,
 };
 pub use push::sha256_digest;
 pub use registry::{AccessLogEntry, Registry};
+pub use registry_config::RegistryBuilder;
 pub use sysroot::{pivot_test_env, TestSysroot};
+pub use tls::{CertKey, TestCa};
+pub use token_server::{TokenRequest, TokenServer, TokenServerBuilder, TOKEN_PATH};
 pub use tree::{fixtures_dir, Entry, Tree};

@@ -2,7 +2,7 @@
 
 use crate::commit::commit_tree;
 use crate::layer::{self, Item, Kind};
-use crate::push::{sha256_digest, upload, ManifestUpload};
+use crate::push::{sha256_digest, upload, ManifestUpload, PushTarget};
 use crate::registry::Registry;
 use crate::tree::Tree;
 use anyhow::{bail, ensure, Context, Result};
@@ -181,7 +181,7 @@ pub fn push_oscontainer(
         });
         manifest_digest.clone()
     };
-    upload(&registry.host(), repository, &blobs, &manifests)?;
+    push_to(registry, repository, &blobs, &manifests)?;
 
     let base = format!("{}/{repository}", registry.host());
     Ok(PushedImage {
@@ -195,6 +195,30 @@ pub fn push_oscontainer(
         config_digest: real.config_digest,
         layer_digests: real.layer_digests,
     })
+}
+
+/// Pushes with the registry's credentials and CA. oci-client cannot present a
+/// client certificate, so a registry that demands one gets the push through a
+/// short-lived plain-HTTP registry serving the same storage.
+fn push_to(
+    registry: &Registry,
+    repository: &str,
+    blobs: &[Vec<u8>],
+    manifests: &[ManifestUpload],
+) -> Result<()> {
+    if registry.requires_client_cert() {
+        let side = Registry::builder().shared_storage(registry).start()?;
+        return push_to(&side, repository, blobs, manifests).context(
+            "pushing through a plain registry sharing the client-cert registry's storage",
+        );
+    }
+    let target = PushTarget {
+        host: registry.host(),
+        https: registry.is_tls(),
+        ca_pem: registry.ca_pem(),
+        credentials: registry.credentials(),
+    };
+    upload(&target, repository, blobs, manifests)
 }
 
 /// Creates the archive repo, commits the tree and points the refs at commits.

@@ -1,7 +1,8 @@
 //! Uploading blobs and raw manifests to a loopback registry with oci-client.
 
 use anyhow::{Context, Result};
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
 
@@ -17,9 +18,19 @@ pub(crate) struct ManifestUpload {
     pub media_type: &'static str,
 }
 
+/// Where and how the kit's own pushes reach a registry.
+#[derive(Clone, Debug)]
+pub(crate) struct PushTarget {
+    pub host: String,
+    pub https: bool,
+    /// PEM of a CA to trust besides the system roots.
+    pub ca_pem: Option<String>,
+    pub credentials: Option<(String, String)>,
+}
+
 /// Pushes all blobs, then the manifests in order (children before the index).
 pub(crate) fn upload(
-    host: &str,
+    target: &PushTarget,
     repository: &str,
     blobs: &[Vec<u8>],
     manifests: &[ManifestUpload],
@@ -31,7 +42,7 @@ pub(crate) fn upload(
                 .enable_all()
                 .build()
                 .context("building tokio runtime")?
-                .block_on(upload_async(host, repository, blobs, manifests))
+                .block_on(upload_async(target, repository, blobs, manifests))
         })
         .join()
         .map_err(|_| anyhow::anyhow!("upload thread panicked"))?
@@ -39,17 +50,38 @@ pub(crate) fn upload(
 }
 
 async fn upload_async(
-    host: &str,
+    target: &PushTarget,
     repository: &str,
     blobs: &[Vec<u8>],
     manifests: &[ManifestUpload],
 ) -> Result<()> {
+    let host = target.host.as_str();
     let client = Client::new(ClientConfig {
-        protocol: ClientProtocol::Http,
+        protocol: if target.https {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::Http
+        },
         use_monolithic_push: true,
+        extra_root_certificates: target
+            .ca_pem
+            .iter()
+            .map(|pem| Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: pem.clone().into_bytes(),
+            })
+            .collect(),
         ..Default::default()
     });
     let base = Reference::with_tag(host.into(), repository.into(), "latest".into());
+    if let Some((user, pass)) = &target.credentials {
+        // Negotiates Basic or a bearer token (pull+push scope) before the pushes.
+        let auth = RegistryAuth::Basic(user.clone(), pass.clone());
+        client
+            .auth(&base, &auth, oci_client::RegistryOperation::Push)
+            .await
+            .with_context(|| format!("authenticating to {host} for a push"))?;
+    }
     for blob in blobs {
         let digest = sha256_digest(blob);
         client

@@ -1,5 +1,6 @@
 //! A real `docker-registry` (distribution 2.8) process on loopback.
 
+use crate::registry_config::{copy_dir, Options, RegistryBuilder, Storage};
 use anyhow::{bail, Context, Result};
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
@@ -24,15 +25,32 @@ pub struct Registry {
     root: PathBuf,
     port: u16,
     child: Option<Child>,
+    opts: Options,
 }
 
 impl Registry {
+    /// A plain-HTTP registry without auth.
     pub fn start() -> Result<Registry> {
+        Registry::builder().start()
+    }
+
+    /// Options for auth, TLS and storage; see [`RegistryBuilder`].
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    pub(crate) fn start_with(opts: Options) -> Result<Registry> {
         let dir = tempfile::Builder::new()
             .prefix("pivot-registry-")
             .tempdir()
             .context("creating registry temp dir")?;
         let root = dir.path().to_path_buf();
+        if let Storage::CopiedFrom(from) = &opts.storage {
+            let to = root.join("storage");
+            if from.exists() {
+                copy_dir(from, &to)?;
+            }
+        }
         let mut last_err = None;
         // A port found free can be taken again before the registry binds it; retry then.
         for _ in 0..3 {
@@ -42,6 +60,7 @@ impl Registry {
                 root: root.clone(),
                 port,
                 child: None,
+                opts: opts.clone(),
             };
             match reg.start_again() {
                 Ok(()) => {
@@ -81,12 +100,50 @@ impl Registry {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// "https://127.0.0.1:PORT" with TLS, else "http://...".
     pub fn url(&self) -> String {
-        format!("http://{}", self.host())
+        let scheme = if self.is_tls() { "https" } else { "http" };
+        format!("{scheme}://{}", self.host())
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.opts.tls.is_some()
+    }
+
+    /// The CA that issued the server certificate, when TLS.
+    pub fn ca_pem(&self) -> Option<String> {
+        self.opts.tls.as_ref().map(|t| t.ca_pem.clone())
+    }
+
+    /// Whether TLS clients must present a certificate from the client CA.
+    pub fn requires_client_cert(&self) -> bool {
+        self.opts.client_ca_pem.is_some()
+    }
+
+    /// The user and password the kit's own pushes send (the first htpasswd
+    /// user, or the token server's first user).
+    pub fn credentials(&self) -> Option<(String, String)> {
+        self.opts.push_credentials()
+    }
+
+    /// Writes `<dir>/<host>/ca.crt` (certs.d(5) layout) when TLS; returns
+    /// `<dir>/<host>`, a directory usable as `--cert-dir`.
+    pub fn write_certs_d(&self, dir: &Path) -> Result<PathBuf> {
+        let ca = self
+            .ca_pem()
+            .with_context(|| format!("registry {} has no TLS", self.host()))?;
+        let host_dir = dir.join(self.host());
+        fs::create_dir_all(&host_dir)
+            .with_context(|| format!("creating {}", host_dir.display()))?;
+        crate::tls::write(&host_dir.join("ca.crt"), &ca)?;
+        Ok(host_dir)
     }
 
     pub fn storage_dir(&self) -> PathBuf {
-        self.root.join("storage")
+        match &self.opts.storage {
+            Storage::Shared(dir) => dir.clone(),
+            Storage::Own | Storage::CopiedFrom(_) => self.root.join("storage"),
+        }
     }
 
     /// Kills and reaps the process; safe to call repeatedly.
@@ -137,11 +194,17 @@ impl Registry {
             .count()
     }
 
-    /// Writes `dir/registries.conf` marking this registry insecure (plain HTTP).
+    /// Writes `dir/registries.conf` listing this registry, marked insecure
+    /// when it is plain HTTP.
     pub fn registries_conf(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join("registries.conf");
+        let insecure = if self.is_tls() {
+            ""
+        } else {
+            "insecure = true\n"
+        };
         let text = format!(
-            "unqualified-search-registries = []\n\n[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+            "unqualified-search-registries = []\n\n[[registry]]\nlocation = \"{}\"\n{insecure}",
             self.host()
         );
         fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -153,19 +216,8 @@ impl Registry {
     }
 
     fn write_config(&self) -> Result<PathBuf> {
-        let path = self.root.join("config.yml");
-        let storage = self.storage_dir();
-        // A fixed http.secret only silences the "no secret" warning.
-        let text = format!(
-            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n\
-             storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n  \
-             redirect:\n    disable: true\n\
-             http:\n  addr: {}\n  secret: pivot-testkit\n",
-            storage.display(),
-            self.host()
-        );
-        fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        Ok(path)
+        self.opts
+            .write_config(&self.root, &self.storage_dir(), &self.host())
     }
 
     fn wait_ready(&mut self) -> Result<()> {
@@ -177,8 +229,16 @@ impl Registry {
                     bail!("docker-registry exited early: {status}");
                 }
             }
-            if http_status(self.port, "/v2/").ok() == Some(200) {
-                return Ok(());
+            // A plain request to a TLS port gets Go's 400; auth answers 401.
+            let ready: &[u16] = match (self.is_tls(), self.credentials().is_some()) {
+                (true, _) => &[400],
+                (false, true) => &[401],
+                (false, false) => &[200],
+            };
+            if let Ok(code) = http_status(self.port, "/v2/") {
+                if ready.contains(&code) {
+                    return Ok(());
+                }
             }
             if Instant::now() > deadline {
                 self.stop();

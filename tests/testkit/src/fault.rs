@@ -1,0 +1,131 @@
+//! Faults the proxy injects, and what it records about each request.
+
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Forward the response head and this many body bytes, then close the
+    /// connection: a transfer cut mid-blob.
+    DropAfter(u64),
+    /// Answer `code` without contacting upstream, with an OCI error JSON body
+    /// and, if set, `Retry-After: <seconds>`.
+    Status { code: u16, retry_after: Option<u64> },
+    /// Forward the head and `bytes` body bytes, go silent for `duration`,
+    /// then close: a stalled transfer.
+    StallAfter { bytes: u64, duration: Duration },
+    /// Wait `duration` before contacting upstream, then proxy normally: a slow
+    /// first byte.
+    Delay(Duration),
+    /// Read the request, then reset the connection (RST) without answering.
+    Reset,
+}
+
+/// A fault for the first `times` requests whose target (path and query)
+/// contains `path_contains` and, if set, whose method is `method`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub path_contains: String,
+    pub method: Option<String>,
+    pub times: u32,
+    pub kind: FaultKind,
+}
+
+impl Fault {
+    pub fn new(path_contains: &str, kind: FaultKind) -> Fault {
+        Fault {
+            path_contains: path_contains.into(),
+            method: None,
+            times: 1,
+            kind,
+        }
+    }
+
+    pub fn drop_after(path_contains: &str, bytes: u64) -> Fault {
+        Fault::new(path_contains, FaultKind::DropAfter(bytes))
+    }
+
+    pub fn status(path_contains: &str, code: u16) -> Fault {
+        Fault::new(
+            path_contains,
+            FaultKind::Status {
+                code,
+                retry_after: None,
+            },
+        )
+    }
+
+    /// 429 with `Retry-After: <seconds>` when given.
+    pub fn too_many_requests(path_contains: &str, retry_after: Option<u64>) -> Fault {
+        Fault::new(
+            path_contains,
+            FaultKind::Status {
+                code: 429,
+                retry_after,
+            },
+        )
+    }
+
+    pub fn stall_after(path_contains: &str, bytes: u64, duration: Duration) -> Fault {
+        Fault::new(path_contains, FaultKind::StallAfter { bytes, duration })
+    }
+
+    pub fn delay(path_contains: &str, duration: Duration) -> Fault {
+        Fault::new(path_contains, FaultKind::Delay(duration))
+    }
+
+    pub fn reset(path_contains: &str) -> Fault {
+        Fault::new(path_contains, FaultKind::Reset)
+    }
+
+    /// Applies to the first `n` matching requests (default 1).
+    pub fn times(mut self, n: u32) -> Fault {
+        self.times = n;
+        self
+    }
+
+    /// Applies to every matching request.
+    pub fn always(self) -> Fault {
+        self.times(u32::MAX)
+    }
+
+    /// Only requests with this method (e.g. "GET", so HEADs pass untouched).
+    pub fn method(mut self, method: &str) -> Fault {
+        self.method = Some(method.to_ascii_uppercase());
+        self
+    }
+
+    pub(crate) fn matches(&self, method: &str, target: &str) -> bool {
+        self.times > 0
+            && target.contains(&self.path_contains)
+            && self
+                .method
+                .as_deref()
+                .is_none_or(|m| m.eq_ignore_ascii_case(method))
+    }
+}
+
+/// One request through the proxy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxiedRequest {
+    pub method: String,
+    /// Request target: path and query.
+    pub path: String,
+    /// The `Range` header, passed upstream unchanged.
+    pub range: Option<String>,
+    /// Status sent to the client (upstream's or injected); None if none was.
+    pub status: Option<u16>,
+    /// Response body bytes written to the client so far.
+    pub body_bytes: u64,
+    pub fault: Option<FaultKind>,
+}
+
+/// The OCI distribution error code for an injected status.
+pub(crate) fn error_code(status: u16) -> &'static str {
+    match status {
+        401 => "UNAUTHORIZED",
+        403 => "DENIED",
+        404 => "NAME_UNKNOWN",
+        429 => "TOOMANYREQUESTS",
+        _ => "UNAVAILABLE",
+    }
+}
