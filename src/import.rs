@@ -10,6 +10,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use ostree::gio;
+use ostree::gio::prelude::IsA;
 use ostree::glib;
 use ostree::ObjectType;
 
@@ -135,21 +136,23 @@ impl<'r> RepoImporter<'r> {
             return Ok(());
         }
         let size = entry.size();
-        let mut data = Vec::with_capacity(size as usize);
-        entry.read_to_end(&mut data)?;
-        let bytes = glib::Bytes::from_owned(data);
         if objtype == ObjectType::File {
-            // archive-z2 "filez": a header, then the zlib-compressed content.
-            let input = gio::MemoryInputStream::from_bytes(&bytes);
-            let (content, info, xattrs) =
-                ostree::content_stream_parse(true, &input, size, false, cancellable)
-                    .context("parsing archived file object")?;
-            let (stream, length) =
-                ostree::raw_file_to_content_stream(&content, &info, Some(&xattrs), cancellable)?;
-            self.repo
-                .write_content(Some(checksum), &stream, length, cancellable)
-                .context("writing file object")?;
+            if size <= IN_MEMORY_OBJECT {
+                let mut data = Vec::with_capacity(size as usize);
+                entry.read_to_end(&mut data)?;
+                let input = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(data));
+                write_filez(self.repo, checksum, input, size)?;
+            } else {
+                write_filez_streaming(self.repo, checksum, entry, size)?;
+            }
         } else {
+            ensure!(
+                size <= MAX_METADATA_OBJECT,
+                "metadata object of {size} bytes is larger than the {MAX_METADATA_OBJECT} accepted"
+            );
+            let mut data = Vec::with_capacity(size as usize);
+            entry.read_to_end(&mut data)?;
+            let bytes = glib::Bytes::from_owned(data);
             let variant = glib::Variant::from_bytes_with_type(&bytes, metadata_type(objtype));
             self.repo
                 .write_metadata(objtype, Some(checksum), &variant, cancellable)
@@ -206,6 +209,102 @@ impl<'r> RepoImporter<'r> {
         );
         verify_complete(self.repo, &commit)?;
         Ok(commit)
+    }
+}
+
+/// Writes an archive-z2 "filez" object (a header, then zlib-compressed content) with libostree
+/// checking it hashes to `checksum`.
+fn write_filez(
+    repo: &ostree::Repo,
+    checksum: &str,
+    input: impl IsA<gio::InputStream>,
+    size: u64,
+) -> Result<()> {
+    let cancellable = gio::Cancellable::NONE;
+    let (content, info, xattrs) =
+        ostree::content_stream_parse(true, &input, size, false, cancellable)
+            .context("parsing archived file object")?;
+    let (stream, length) =
+        ostree::raw_file_to_content_stream(&content, &info, Some(&xattrs), cancellable)?;
+    repo.write_content(Some(checksum), &stream, length, cancellable)
+        .context("writing file object")?;
+    Ok(())
+}
+
+/// A large file object streams from the tar member to libostree through a small channel, so
+/// memory stays bounded whatever the file's size: libostree reads on a helper thread while this
+/// one feeds it.
+fn write_filez_streaming(
+    repo: &ostree::Repo,
+    checksum: &str,
+    entry: &mut impl Read,
+    size: u64,
+) -> Result<()> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+    std::thread::scope(|scope| {
+        let repo = repo.clone();
+        let writer = scope.spawn(move || {
+            let input = gio::ReadInputStream::new(ChunkReader {
+                rx,
+                current: Vec::new(),
+                pos: 0,
+            });
+            write_filez(&repo, checksum, input, size)
+        });
+        let mut fed = Ok(());
+        loop {
+            let mut chunk = vec![0; STREAM_CHUNK];
+            match entry.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    chunk.truncate(n);
+                    // The writer stopped early (it failed): its error says why.
+                    if tx.send(chunk).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    fed = Err(anyhow!(e));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let written = writer
+            .join()
+            .map_err(|_| anyhow!("the object writer panicked"))?;
+        fed.and(written)
+    })
+}
+
+/// Objects up to this size are written from memory; larger ones are streamed.
+const IN_MEMORY_OBJECT: u64 = 1 << 20;
+const STREAM_CHUNK: usize = 128 << 10;
+/// Commit, dirtree and dirmeta objects are small; this bounds what a hostile image can make
+/// pivot hold in memory.
+const MAX_METADATA_OBJECT: u64 = 64 << 20;
+
+struct ChunkReader {
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.current.len() {
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.current = chunk;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 

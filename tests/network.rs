@@ -13,16 +13,7 @@ const SECRET: &str = "Sup3r-s3cret-pa55word";
 
 /// v2 with 1 MiB of poorly compressible text, so a blob has a middle worth cutting at.
 fn push_big_v2(env: &Env) -> pivot_testkit::PushedImage {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let text: String = (0..(1 << 20) / 16)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            format!("{x:016x}")
-        })
-        .collect();
-    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &text);
+    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &noise(1 << 20));
     env.push("v2", &ImageSpec::new(tree, "2"))
 }
 

@@ -345,3 +345,28 @@ fn human_status_shows_versions_images_and_flags() {
     assert!(text.contains("(rollback)"), "{text}");
     assert!(text.contains("Last pivot (pivot-test): deployed"), "{text}");
 }
+
+#[test]
+fn large_files_stream_into_the_repo_intact() {
+    let env = Env::new();
+    // Larger than what is written from memory, compressed or not.
+    let payload = noise(6 << 20);
+    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &payload);
+    let image = env.push("v2-large", &ImageSpec::new(tree, "2"));
+    assert_success(&env.pivot(&[&image.by_tag]));
+    let deployed = env.deployment(0).join("usr/share/pivot/payload");
+    assert!(
+        read(&deployed) == payload,
+        "the 6 MiB file came out different"
+    );
+    let fsck = std::process::Command::new("ostree")
+        .args(["fsck", "--repo"])
+        .arg(env.sysroot.repo_path())
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+}

@@ -151,3 +151,17 @@ pub fn assert_fails_with(out: &Output, needles: &[&str]) {
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
+
+/// `len` bytes of hex text from a xorshift generator: compresses only about 2:1.
+pub fn noise(len: usize) -> String {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut text = String::with_capacity(len + 16);
+    while text.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(&format!("{x:016x}"));
+    }
+    text.truncate(len);
+    text
+}
