@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+use crate::progress::Progress;
 use crate::registry::Registry;
 
 /// Chunks buffered ahead of the consumer: bounds memory to a few MiB per layer.
@@ -35,6 +36,7 @@ pub struct BlobReader {
     done: bool,
     /// Bytes that came from the network in this run.
     pub downloaded: u64,
+    progress: Option<(Progress, usize)>,
 }
 
 impl BlobReader {
@@ -67,7 +69,14 @@ impl BlobReader {
             digest: desc.digest.clone(),
             done: false,
             downloaded: 0,
+            progress: None,
         })
+    }
+
+    /// Reports bytes read as layer `index` of `progress`.
+    pub fn with_progress(mut self, progress: Progress, index: usize) -> BlobReader {
+        self.progress = Some((progress, index));
+        self
     }
 
     fn finish(&mut self) -> io::Result<usize> {
@@ -99,6 +108,9 @@ impl BlobReader {
         buf[..chunk.len()].copy_from_slice(chunk);
         self.hasher.update(chunk);
         self.read += chunk.len() as u64;
+        if let Some((progress, index)) = &self.progress {
+            progress.bytes(*index, chunk.len() as u64);
+        }
         Ok(chunk.len())
     }
 }

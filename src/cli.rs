@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::auth::AuthFiles;
 use crate::pivot::{self, Outcome};
+use crate::progress::Progress;
 use crate::registry::Access;
 use crate::retry::{self, RetryPolicy};
 use crate::{reboot, status};
@@ -63,6 +64,9 @@ pub struct PivotArgs {
     /// Verify registries' TLS certificates (--tls-verify=false turns it off, with a warning).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub tls_verify: bool,
+    /// Write progress as JSON Lines to this open file descriptor (shape in the README).
+    #[arg(long, value_name = "FD")]
+    pub progress_fd: Option<i32>,
     /// Seconds a run may spend retrying transient registry faults before it fails.
     #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
     pub retry_timeout: u64,
@@ -85,7 +89,7 @@ pub enum Exit {
     Unchanged = 77,
 }
 
-pub async fn run(cli: Cli) -> Result<Exit> {
+pub async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
     match cli.command {
         Some(Command::Status(args)) => {
             let status = tokio::task::spawn_blocking(move || status::read(&args.sysroot)).await??;
@@ -96,16 +100,17 @@ pub async fn run(cli: Cli) -> Result<Exit> {
             }
             Ok(Exit::Success)
         }
-        None => run_pivot(cli.pivot).await,
+        None => run_pivot(cli.pivot, progress).await,
     }
 }
 
-async fn run_pivot(args: PivotArgs) -> Result<Exit> {
+async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
     let opts = pivot::Options {
         pullspec: args.pullspec,
         sysroot: args.sysroot,
         stateroot: args.stateroot,
         keep: args.keep,
+        progress,
         access: Access {
             auth: AuthFiles::new(args.authfile.as_deref()),
             cert_dir: args.cert_dir,

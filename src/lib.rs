@@ -13,6 +13,7 @@ pub mod image;
 pub mod import;
 pub mod logging;
 pub mod pivot;
+pub mod progress;
 pub mod reboot;
 pub mod reference;
 pub mod registry;

@@ -2,9 +2,18 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use pivot::cli::{self, Cli, Exit};
+use pivot::progress::Progress;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Claimed before anything else opens a descriptor that could take its number.
+    let progress = match Progress::new(cli.pivot.progress_fd) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(Exit::Failure as u8);
+        }
+    };
     pivot::logging::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -17,7 +26,7 @@ fn main() -> ExitCode {
             return ExitCode::from(Exit::Failure as u8);
         }
     };
-    match runtime.block_on(cli::run(cli)) {
+    match runtime.block_on(cli::run(cli, progress)) {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => {
             tracing::error!("{e:#}");

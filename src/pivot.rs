@@ -21,6 +21,7 @@ use crate::deploy::{self, Deployed, OriginInfo, SysrootLock};
 use crate::deployments::{self, DeploymentInfo};
 use crate::image::OsImage;
 use crate::import::{self, RepoImporter};
+use crate::progress::Progress;
 use crate::reference::ImageRef;
 use crate::registry::{self, Access, Registry};
 use crate::state::{Attempt, State, StateFile, MAX_ATTEMPTS};
@@ -35,6 +36,7 @@ pub struct Options {
     pub stateroot: Option<String>,
     pub keep: bool,
     pub access: Access,
+    pub progress: Progress,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +187,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
             run.attempt.error = Some(format!("{e:#}"));
         }
     }
+    opts.progress.finish(&run.attempt.outcome);
     run.state.last = Some(run.attempt);
     if let Err(e) = state_file.save(&run.state) {
         tracing::warn!("could not record the outcome: {e:#}");
@@ -234,6 +237,7 @@ impl Run<'_> {
 
         let conf = RegistriesConf::load_default()?;
         let what = self.image.to_string();
+        self.opts.progress.step("pulling");
         let (registry, resolved) = registry::open(&self.image, &conf, &self.opts.access)
             .await
             .with_context(|| format!("pulling {what}"))?;
@@ -268,6 +272,7 @@ impl Run<'_> {
             keep: self.opts.keep,
             registry,
             runtime: Handle::current(),
+            progress: self.opts.progress.clone(),
         };
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {
@@ -377,6 +382,7 @@ struct Job {
     keep: bool,
     registry: Registry,
     runtime: Handle,
+    progress: Progress,
 }
 
 impl Job {
@@ -413,6 +419,7 @@ impl Job {
             repo.set_ref_immediate(None, &name, Some(&commit), gio::Cancellable::NONE)
                 .with_context(|| format!("keeping {commit} under the ref {name}"))?;
         }
+        self.progress.step("deploying");
         let origin = deploy::origin(
             &sysroot,
             &OriginInfo {
@@ -454,6 +461,14 @@ impl Job {
             .context("starting a repo transaction")?;
         let mut importer = RepoImporter::new(repo);
         let count = self.os.layers.len();
+        self.progress.step("importing");
+        let sizes: Vec<(String, u64)> = self
+            .os
+            .layers
+            .iter()
+            .map(|l| (l.descriptor.digest.clone(), l.descriptor.size.max(0) as u64))
+            .collect();
+        self.progress.start(&self.pullspec, &self.os.digest, &sizes);
         for (i, layer) in self.os.layers.iter().enumerate() {
             let digest = &layer.descriptor.digest;
             let context = || format!("fetching layer {}/{count} {digest}", i + 1);
@@ -464,7 +479,8 @@ impl Job {
                 &layer.descriptor,
                 spool.as_deref(),
             )
-            .with_context(context)?;
+            .with_context(context)?
+            .with_progress(self.progress.clone(), i);
             importer
                 .import_blob(reader, layer.compression)
                 .with_context(context)?;

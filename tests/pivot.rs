@@ -312,6 +312,9 @@ fn logs_carry_no_terminal_escape_codes_when_not_on_a_terminal() {
     assert_success(&out);
     assert!(!out.stderr.contains(&0x1b), "{}", stderr(&out));
     assert!(stderr(&out).contains(&v2.commit));
+    // Progress comes as plain lines instead of bars.
+    assert!(stderr(&out).contains("fetching layer 1/1: "), "{}", stderr(&out));
+    assert!(stderr(&out).contains("(100%)"), "{}", stderr(&out));
 }
 
 #[test]
@@ -369,4 +372,85 @@ fn large_files_stream_into_the_repo_intact() {
         "{}",
         String::from_utf8_lossy(&fsck.stderr)
     );
+}
+
+#[test]
+fn progress_fd_reports_steps_bytes_and_the_outcome_as_json_lines() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &noise(3 << 20));
+    let image = env.push("v2-progress", &ImageSpec::new(tree, "2"));
+    let events_path = env.dir().join("events.jsonl");
+    let events_file = std::fs::File::create(&events_path).unwrap();
+    let fd = events_file.as_raw_fd();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pivot"));
+    cmd.args(["--progress-fd", "200", "--sysroot"])
+        .arg(&env.sysroot.path)
+        .arg(&image.by_tag)
+        .env("CONTAINERS_REGISTRIES_CONF", &env.registries_conf)
+        .envs(pivot_testkit::pivot_test_env());
+    // SAFETY: dup2 is async-signal-safe; it puts the events file at fd 200 in the child.
+    unsafe {
+        cmd.pre_exec(move || match libc::dup2(fd, 200) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert_success(&out);
+    let events: Vec<serde_json::Value> = read(&events_path)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .collect();
+    let steps: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "step")
+        .map(|e| e["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["pulling", "importing", "deploying"], "{events:?}");
+    let start = events.iter().find(|e| e["event"] == "start").unwrap();
+    let total = start["total"].as_u64().unwrap();
+    assert_eq!(
+        start["layers"][0]["digest"],
+        image.layer_digests[0].as_str()
+    );
+    let last_bytes = events.iter().rfind(|e| e["event"] == "bytes").unwrap();
+    assert_eq!(last_bytes["total_done"].as_u64(), Some(total));
+    assert_eq!(last_bytes["done"], last_bytes["size"]);
+    let done = events.last().unwrap();
+    assert_eq!(
+        (done["event"].as_str(), done["outcome"].as_str()),
+        (Some("done"), Some("deployed"))
+    );
+    assert_eq!(done["bytes"].as_u64(), Some(total));
+}
+
+#[test]
+fn a_terminal_gets_progress_bars_and_a_summary_line() {
+    let env = Env::new();
+    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &noise(3 << 20));
+    let image = env.push("v2-tty", &ImageSpec::new(tree, "2"));
+    // script(1) gives pivot a pseudo-terminal, as an admin's shell would.
+    let command = format!(
+        "{} --sysroot {} {}",
+        env!("CARGO_BIN_EXE_pivot"),
+        env.sysroot.path.display(),
+        image.by_tag
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("CONTAINERS_REGISTRIES_CONF", &env.registries_conf)
+        .env_remove("JOURNAL_STREAM")
+        .envs(pivot_testkit::pivot_test_env())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("layer 1/1 [") && text.contains("ETA"),
+        "{text}"
+    );
+    assert!(text.contains("#####"), "{text}");
+    assert!(text.contains("fetched ") && text.contains("/s)"), "{text}");
 }

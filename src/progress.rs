@@ -1,0 +1,271 @@
+//! Progress for the people and programs waiting on a pivot.
+//!
+//! - On a terminal (stderr is a TTY, not the journal): a bar for the layer being fetched and one
+//!   for the whole image, with bytes, rate and ETA, then one summary line.
+//! - Otherwise (journald, pipes): a plain log line every 5 s or every 10 % of the image.
+//! - `--progress-fd N`: JSON Lines on file descriptor N, one object per event:
+//!   `{"event":"step","step":"pulling"|"importing"|"deploying"|"done"}`,
+//!   `{"event":"start","image":…,"digest":…,"total":N,"layers":[{"digest":…,"size":N}]}`,
+//!   `{"event":"bytes","layer":I,"digest":…,"done":N,"size":N,"total_done":N,"total":N}`
+//!   (at most every 250 ms per layer, and when a layer completes),
+//!   `{"event":"done","outcome":"staged"|"deployed"|"unchanged"|"failed","bytes":N,"seconds":F}`.
+
+use std::fs::File;
+use std::io::{IsTerminal, Write};
+use std::os::fd::{FromRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Result};
+use serde_json::json;
+
+const TERMINAL_EVERY: Duration = Duration::from_millis(100);
+const PLAIN_EVERY: Duration = Duration::from_secs(5);
+const JSON_EVERY: Duration = Duration::from_millis(250);
+
+/// Shared by the pipeline's threads; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Progress {
+    inner: Option<Arc<Mutex<State>>>,
+}
+
+struct State {
+    terminal: bool,
+    json: Option<File>,
+    started: Instant,
+    layers: Vec<(String, u64, u64)>,
+    total: u64,
+    done: u64,
+    current: usize,
+    last_draw: Option<Instant>,
+    last_plain: Instant,
+    last_plain_tenth: u64,
+    last_json: Vec<Instant>,
+    drawn: bool,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
+impl Progress {
+    /// `json_fd`: where to write JSON Lines, if anywhere.
+    pub fn new(json_fd: Option<RawFd>) -> Result<Progress> {
+        let json = match json_fd {
+            Some(fd) => {
+                // A private duplicate (close-on-exec): whatever happens to the number the caller
+                // passed, pivot writes to the file it meant.
+                let dup = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10));
+                ensure!(dup.is_ok(), "--progress-fd {fd} is not an open file descriptor");
+                // SAFETY: `dup` is a new descriptor that nothing else owns.
+                Some(unsafe { File::from_raw_fd(dup.unwrap()) })
+            }
+            None => None,
+        };
+        let terminal =
+            std::io::stderr().is_terminal() && std::env::var_os("JOURNAL_STREAM").is_none();
+        Ok(Progress {
+            inner: Some(Arc::new(Mutex::new(State {
+                terminal,
+                json,
+                started: Instant::now(),
+                layers: Vec::new(),
+                total: 0,
+                done: 0,
+                current: 0,
+                last_draw: None,
+                last_plain: Instant::now(),
+                last_plain_tenth: 0,
+                last_json: Vec::new(),
+                drawn: false,
+            }))),
+        })
+    }
+
+    fn with(&self, f: impl FnOnce(&mut State)) {
+        if let Some(inner) = &self.inner {
+            if let Ok(mut state) = inner.lock() {
+                f(&mut state);
+            }
+        }
+    }
+
+    pub fn step(&self, step: &str) {
+        self.with(|s| s.emit(json!({"event": "step", "step": step})));
+    }
+
+    /// The layers about to be fetched: (digest, size).
+    pub fn start(&self, image: &str, digest: &str, layers: &[(String, u64)]) {
+        self.with(|s| {
+            s.layers = layers.iter().map(|(d, n)| (d.clone(), *n, 0)).collect();
+            s.total = layers.iter().map(|(_, n)| n).sum();
+            s.last_json = vec![Instant::now() - JSON_EVERY; layers.len()];
+            s.started = Instant::now();
+            let list: Vec<_> = layers
+                .iter()
+                .map(|(d, n)| json!({"digest": d, "size": n}))
+                .collect();
+            s.emit(json!({"event": "start", "image": image, "digest": digest, "total": s.total, "layers": list}));
+        });
+    }
+
+    /// `n` more bytes of layer `index` arrived.
+    pub fn bytes(&self, index: usize, n: u64) {
+        self.with(|s| s.add(index, n));
+    }
+
+    /// Ends the display: a summary line, and the `done` event.
+    pub fn finish(&self, outcome: &str) {
+        self.with(|s| {
+            s.clear_bars();
+            let secs = s.started.elapsed().as_secs_f64();
+            if s.done > 0 {
+                tracing::info!(
+                    "fetched {} in {:.1} s ({}/s)",
+                    human(s.done),
+                    secs,
+                    human((s.done as f64 / secs.max(0.001)) as u64)
+                );
+            }
+            s.emit(json!({"event": "done", "outcome": outcome, "bytes": s.done, "seconds": secs}));
+        });
+    }
+}
+
+impl State {
+    fn emit(&mut self, event: serde_json::Value) {
+        if let Some(out) = &mut self.json {
+            // A reader that went away must not fail the pivot.
+            let _ = writeln!(out, "{event}");
+        }
+    }
+
+    fn add(&mut self, index: usize, n: u64) {
+        let Some(layer) = self.layers.get_mut(index) else {
+            return;
+        };
+        layer.2 += n;
+        let (digest, size, done) = layer.clone();
+        self.done += n;
+        self.current = index;
+        let now = Instant::now();
+        if self.json.is_some() && (done == size || now - self.last_json[index] >= JSON_EVERY) {
+            self.last_json[index] = now;
+            let event = json!({"event": "bytes", "layer": index, "digest": digest, "done": done,
+                "size": size, "total_done": self.done, "total": self.total});
+            self.emit(event);
+        }
+        if self.terminal {
+            if self.last_draw.is_none_or(|t| now - t >= TERMINAL_EVERY) || done == size {
+                self.last_draw = Some(now);
+                self.draw();
+            }
+        } else {
+            let tenth = self.done * 10 / self.total.max(1);
+            if tenth > self.last_plain_tenth || now - self.last_plain >= PLAIN_EVERY {
+                self.last_plain_tenth = tenth;
+                self.last_plain = now;
+                tracing::info!(
+                    "fetching layer {}/{}: {} of {} ({}%), {}/s",
+                    index + 1,
+                    self.layers.len(),
+                    human(self.done),
+                    human(self.total),
+                    self.done * 100 / self.total.max(1),
+                    human(self.rate())
+                );
+            }
+        }
+    }
+
+    fn rate(&self) -> u64 {
+        (self.done as f64 / self.started.elapsed().as_secs_f64().max(0.001)) as u64
+    }
+
+    fn draw(&mut self) {
+        let (_, size, done) = &self.layers[self.current];
+        let rate = self.rate();
+        let eta = |left: u64| match rate {
+            0 => "?".to_string(),
+            r => format!("{}s", left / r),
+        };
+        let layer = format!(
+            "layer {}/{} {} {}/{}",
+            self.current + 1,
+            self.layers.len(),
+            bar(*done, *size),
+            human(*done),
+            human(*size)
+        );
+        let total = format!(
+            "total     {} {}/{}  {}/s  ETA {}",
+            bar(self.done, self.total),
+            human(self.done),
+            human(self.total),
+            human(rate),
+            eta(self.total.saturating_sub(self.done))
+        );
+        let mut err = std::io::stderr().lock();
+        // Move up over the previous two lines and redraw them.
+        let up = if self.drawn { "\x1b[2F" } else { "" };
+        let _ = write!(err, "{up}\x1b[2K{layer}\n\x1b[2K{total}\n");
+        self.drawn = true;
+    }
+
+    fn clear_bars(&mut self) {
+        if self.drawn {
+            let _ = write!(std::io::stderr(), "\x1b[2F\x1b[2K\n\x1b[2K\x1b[1F");
+            self.drawn = false;
+        }
+    }
+}
+
+fn bar(done: u64, total: u64) -> String {
+    const WIDTH: u64 = 24;
+    let filled = (done * WIDTH / total.max(1)).min(WIDTH) as usize;
+    format!(
+        "[{}{}]",
+        "#".repeat(filled),
+        "-".repeat(WIDTH as usize - filled)
+    )
+}
+
+/// Bytes for people: `12.3 MiB`.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_sizes_read_naturally() {
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(human(5 << 30), "5.0 GiB");
+    }
+
+    #[test]
+    fn bars_fill_proportionally() {
+        assert_eq!(bar(0, 10), format!("[{}]", "-".repeat(24)));
+        assert_eq!(
+            bar(5, 10),
+            format!("[{}{}]", "#".repeat(12), "-".repeat(12))
+        );
+        assert_eq!(bar(10, 10), format!("[{}]", "#".repeat(24)));
+    }
+}
