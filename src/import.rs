@@ -41,23 +41,28 @@ impl<'r> RepoImporter<'r> {
         }
     }
 
-    /// Imports one layer blob. The blob is read to its very end even when the import fails
-    /// early, because only then is its digest checked: a corrupted blob is reported as one,
-    /// not as whatever the corruption broke first.
-    pub fn import_blob(&mut self, mut blob: impl Read, compression: Compression) -> Result<()> {
-        let imported = match compression {
-            Compression::None => self.import_tar(&mut blob),
-            Compression::Gzip => self.import_tar(flate2::read::MultiGzDecoder::new(&mut blob)),
-            Compression::Zstd => zstd::Decoder::new(&mut blob)
-                .context("starting zstd decompression")
-                .and_then(|d| self.import_tar(d)),
-        };
-        let drained = io::copy(&mut blob, &mut io::sink());
-        match (imported, drained) {
-            (_, Err(e)) => Err(anyhow!(e)),
-            (Err(e), Ok(_)) => Err(e),
-            (Ok(()), Ok(_)) => Ok(()),
-        }
+    /// Imports one layer blob: a second thread decompresses it (and checks its digest) while
+    /// this one writes objects. The blob is read to its very end even when the import fails
+    /// early, because only then is its digest checked: a corrupted blob is reported as one, not
+    /// as whatever the corruption broke first.
+    pub fn import_blob(&mut self, blob: impl Read + Send, compression: Compression) -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(DECOMPRESSED_AHEAD);
+        std::thread::scope(|scope| {
+            let producer = scope.spawn(move || decompress(blob, compression, tx));
+            let imported = self.import_tar(ChunkReader {
+                rx,
+                current: Vec::new(),
+                pos: 0,
+            });
+            let produced = producer
+                .join()
+                .map_err(|_| anyhow!("the decompression thread panicked"))?;
+            match (produced, imported) {
+                // A bad blob or a broken stream explains whatever the import then tripped on.
+                (Err(e), _) => Err(e),
+                (Ok(()), imported) => imported,
+            }
+        })
     }
 
     fn import_tar(&mut self, reader: impl Read) -> Result<()> {
@@ -275,6 +280,44 @@ fn write_filez_streaming(
             .map_err(|_| anyhow!("the object writer panicked"))?;
         fed.and(written)
     })
+}
+
+/// Decompressed chunks buffered between the two threads (each [`STREAM_CHUNK`]).
+const DECOMPRESSED_AHEAD: usize = 8;
+
+/// Sends the decompressed layer in chunks, then reads the rest of the blob, so that its digest
+/// is checked even when the consumer stopped early.
+fn decompress(
+    mut blob: impl Read,
+    compression: Compression,
+    tx: std::sync::mpsc::SyncSender<Vec<u8>>,
+) -> Result<()> {
+    let sent = (|| -> Result<()> {
+        let mut decoder: Box<dyn Read + '_> = match compression {
+            Compression::None => Box::new(&mut blob),
+            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut blob)),
+            Compression::Zstd => {
+                Box::new(zstd::Decoder::new(&mut blob).context("starting zstd decompression")?)
+            }
+        };
+        loop {
+            let mut chunk = vec![0; STREAM_CHUNK];
+            let n = decoder.read(&mut chunk).context("decompressing the layer")?;
+            if n == 0 {
+                return Ok(());
+            }
+            chunk.truncate(n);
+            if tx.send(chunk).is_err() {
+                return Ok(()); // The importer stopped; its error says why.
+            }
+        }
+    })();
+    drop(tx);
+    let drained = io::copy(&mut blob, &mut io::sink());
+    match (drained, sent) {
+        (Err(e), _) => Err(anyhow!(e)),
+        (Ok(_), sent) => sent,
+    }
 }
 
 /// Objects up to this size are written from memory; larger ones are streamed.
