@@ -313,7 +313,11 @@ fn logs_carry_no_terminal_escape_codes_when_not_on_a_terminal() {
     assert!(!out.stderr.contains(&0x1b), "{}", stderr(&out));
     assert!(stderr(&out).contains(&v2.commit));
     // Progress comes as plain lines instead of bars.
-    assert!(stderr(&out).contains("fetching layer 1/1: "), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("fetching layer 1/1: "),
+        "{}",
+        stderr(&out)
+    );
     assert!(stderr(&out).contains("(100%)"), "{}", stderr(&out));
 }
 
@@ -453,4 +457,28 @@ fn a_terminal_gets_progress_bars_and_a_summary_line() {
     );
     assert!(text.contains("#####"), "{text}");
     assert!(text.contains("fetched ") && text.contains("/s)"), "{text}");
+}
+
+#[test]
+fn two_pivots_at_once_make_one_deployment() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    let first = env.spawn_pivot(&[&v2.by_tag]);
+    let second = env.spawn_pivot(&[&v2.by_digest]);
+    let (first, second) = (
+        first.wait_with_output().unwrap(),
+        second.wait_with_output().unwrap(),
+    );
+    assert_success(&first);
+    assert_success(&second);
+    let status = env.status_json();
+    let deployments = status["deployments"].as_array().unwrap();
+    assert_eq!(deployments.len(), 2, "{status:#}");
+    assert_eq!(deployments[0]["checksum"], v2.commit.as_str());
+    let both = stderr(&first) + &stderr(&second);
+    assert!(
+        both.contains("deployed while waiting for the sysroot lock")
+            || both.contains("already at target"),
+        "{both}"
+    );
 }
