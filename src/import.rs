@@ -302,7 +302,9 @@ fn decompress(
         };
         loop {
             let mut chunk = vec![0; STREAM_CHUNK];
-            let n = decoder.read(&mut chunk).context("decompressing the layer")?;
+            let n = decoder
+                .read(&mut chunk)
+                .context("decompressing the layer")?;
             if n == 0 {
                 return Ok(());
             }

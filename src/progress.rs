@@ -58,7 +58,10 @@ impl Progress {
                 // A private duplicate (close-on-exec): whatever happens to the number the caller
                 // passed, pivot writes to the file it meant.
                 let dup = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10));
-                ensure!(dup.is_ok(), "--progress-fd {fd} is not an open file descriptor");
+                ensure!(
+                    dup.is_ok(),
+                    "--progress-fd {fd} is not an open file descriptor"
+                );
                 // SAFETY: `dup` is a new descriptor that nothing else owns.
                 Some(unsafe { File::from_raw_fd(dup.unwrap()) })
             }
