@@ -1,0 +1,576 @@
+//! pivot on real bootable OSTree disks under QEMU: a small Debian 12 built from Debian's packages,
+//! booted through its own bootloader, pivoting to an oscontainer pulled from a registry on the
+//! host's loopback. Every scenario asserts from inside the guest and again from the saved disk.
+//!
+//! Needs root and the host packages checked in vm/images.rs. Run with
+//! `cargo test --test vm -- --nocapture --test-threads=1`. Images are cached in
+//! /var/cache/pivot-vm (or $PIVOT_VM_CACHE); a failed scenario keeps its console, journal and
+//! disk under target/tmp/pivot-vm/<scenario>.
+//!
+//! Knobs: PIVOT_VM_SKIP=1 skips the scenarios; PIVOT_VM_KEEP=1 keeps artefacts of passing ones;
+//! PIVOT_VM_ACCEL=tcg|kvm overrides the accelerator probe; PIVOT_VM_MIRROR overrides the Debian
+//! mirror read from apt's sources; PIVOT_VM_PIVOT puts another pivot build into the images.
+
+#[path = "vm/mod.rs"]
+mod vm;
+
+use anyhow::{ensure, Context, Result};
+use pivot_testkit::{push_oscontainer, ImageSpec, PushedImage, Registry, Tree};
+
+use vm::disk::{self, EtcEdits, STATEROOT};
+use vm::facts::{self, Deployment};
+use vm::images::{self, Images};
+use vm::machine::Machine;
+use vm::os_commits::{V1_RELEASE, V2_OS_VERSION, V2_RELEASE};
+use vm::oscontainer::{self, Pushed};
+use vm::saved_disk::SavedDisk;
+use vm::scenario::{self, Scenario};
+
+/// Where Ignition (or the cluster) leaves the image to move to, relative to /etc.
+const PULLSPEC_FILE: &str = "pivot/image-pullspec";
+/// An /etc edit made on v1 before its first boot: the pivot must carry it over.
+const ETC_EDIT: &str = "pivot-vm/edited-before-first-boot";
+const ETC_EDIT_TEXT: &str = "made on v1 before the first boot\n";
+
+/// The registry's port on the host's loopback.
+fn port(registry: &Registry) -> Result<u16> {
+    let host = registry.host();
+    let (_, port) = host
+        .rsplit_once(':')
+        .context("registry host without port")?;
+    Ok(port.parse()?)
+}
+
+fn push_v2(registry: &Registry, images: &Images) -> Result<Pushed> {
+    oscontainer::push(&registry.host(), "pivot/os", "v2", &images.v2_layer)
+}
+
+/// A disk with v1 deployed and `edits` in its /etc.
+fn disk(s: &Scenario, images: &Images, edits: EtcEdits) -> Result<std::path::PathBuf> {
+    let started = std::time::Instant::now();
+    let qcow2 = s.dir.join("disk.qcow2");
+    disk::build(&images.sysroot, &edits, &s.dir, &qcow2).context("building the disk")?;
+    println!("[vm]   disk built in {:.0?}", started.elapsed());
+    Ok(qcow2)
+}
+
+fn one<'d>(
+    list: &'d [Deployment],
+    what: &str,
+    pick: impl Fn(&Deployment) -> bool,
+) -> Result<&'d Deployment> {
+    let found: Vec<&Deployment> = list.iter().filter(|d| pick(d)).collect();
+    ensure!(
+        found.len() == 1,
+        "expected one {what} deployment, found {found:?}"
+    );
+    Ok(found[0])
+}
+
+/// The running system is `commit` by its kernel argument and by `pivot status`, with `release`.
+fn assert_running(m: &mut Machine, commit: &str, release: &str) -> Result<()> {
+    let by_karg = facts::booted_by_karg(m)?;
+    ensure!(
+        by_karg.starts_with(&format!("{commit}.")),
+        "the ostree= kernel argument points at {by_karg}, expected commit {commit}"
+    );
+    let status = facts::guest_status(m)?;
+    let list = facts::deployments(&status)?;
+    let booted = one(&list, "booted", |d| d.booted)?;
+    ensure!(
+        booted.checksum == commit,
+        "pivot status says {} is booted, expected {commit}",
+        booted.checksum
+    );
+    let marker = m.sh("cat /usr/share/pivot-vm/release")?;
+    ensure!(
+        marker.trim() == release,
+        "/usr/share/pivot-vm/release is {marker:?}, expected {release}"
+    );
+    m.sh("test -e /run/ostree-booted")?;
+    Ok(())
+}
+
+/// v2 is booted and default, v1 its rollback, from a `pivot status --json` document.
+fn assert_v2_with_v1_rollback(
+    status: &serde_json::Value,
+    images: &Images,
+    v2: &Pushed,
+) -> Result<()> {
+    let list = facts::deployments(status)?;
+    ensure!(list.len() == 2, "expected 2 deployments, found {list:?}");
+    let default = one(&list, "default", |d| d.default)?;
+    ensure!(
+        default.checksum == images.commits.v2,
+        "default deployment {default:?} is not v2"
+    );
+    ensure!(
+        default.version.as_deref() == Some("2"),
+        "v2's version is {:?}",
+        default.version
+    );
+    ensure!(
+        default
+            .image
+            .as_deref()
+            .is_some_and(|i| i.ends_with(&v2.digest)),
+        "v2's origin names {:?}, not the image digest {}",
+        default.image,
+        v2.digest
+    );
+    let rollback = one(&list, "rollback", |d| d.rollback)?;
+    ensure!(
+        rollback.checksum == images.commits.v1,
+        "rollback deployment {rollback:?} is not v1"
+    );
+    Ok(())
+}
+
+/// From the saved disk: the bootloader menu extlinux reads boots `commits`, in this order (the
+/// first is the default, the second the rollback), and the BLS entries libostree keeps agree.
+fn assert_bootloader(disk: &SavedDisk, commits: &[&str]) -> Result<()> {
+    let cfg = disk.syslinux_cfg()?;
+    let default_label = cfg
+        .lines()
+        .find_map(|l| l.strip_prefix("DEFAULT "))
+        .context("syslinux.cfg has no DEFAULT")?;
+    let first_label = cfg
+        .lines()
+        .find_map(|l| l.strip_prefix("LABEL "))
+        .context("syslinux.cfg has no LABEL")?;
+    ensure!(
+        default_label == first_label,
+        "DEFAULT {default_label:?} is not the first entry {first_label:?}"
+    );
+    let menu: Vec<String> = cfg
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("APPEND "))
+        .map(|args| booted_commit(disk, args))
+        .collect::<Result<_>>()?;
+    ensure!(
+        menu == commits,
+        "syslinux.cfg boots {menu:?}, expected {commits:?}:\n{cfg}"
+    );
+    let mut bls: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(disk.sysroot().join("boot/loader/entries"))? {
+        let text = std::fs::read_to_string(entry?.path())?;
+        let options = text
+            .lines()
+            .find_map(|l| l.strip_prefix("options "))
+            .context("BLS entry without options")?;
+        bls.push(booted_commit(disk, options)?);
+    }
+    bls.sort();
+    let mut expected: Vec<String> = commits.iter().map(|c| c.to_string()).collect();
+    expected.sort();
+    ensure!(
+        bls == expected,
+        "BLS entries boot {bls:?}, expected {expected:?}"
+    );
+    Ok(())
+}
+
+/// The commit that kernel arguments `args` boot: their `ostree=` link on the saved disk.
+fn booted_commit(disk: &SavedDisk, args: &str) -> Result<String> {
+    let ostree_arg = args
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("ostree="))
+        .with_context(|| format!("no ostree= argument in {args:?}"))?;
+    let target = std::fs::canonicalize(disk.sysroot().join(ostree_arg.trim_start_matches('/')))
+        .with_context(|| format!("resolving {ostree_arg} on the saved disk"))?;
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    Ok(name.split('.').next().unwrap_or_default().to_string())
+}
+
+/// The saved disk's journal: exactly `boots` boots, each passing the base checks.
+fn assert_journal_boots(
+    disk: &SavedDisk,
+    s: &Scenario,
+    m: &Machine,
+    expected_failures: &[&str],
+) -> Result<Vec<String>> {
+    let boots = disk.journal_boots()?;
+    let seen: Vec<String> = m.boots.iter().map(|b| b.id.replace('-', "")).collect();
+    ensure!(
+        boots == seen,
+        "the saved journal has boots {boots:?}, the harness saw {seen:?}"
+    );
+    for (i, id) in boots.iter().enumerate() {
+        let journal = disk.journal(id)?;
+        std::fs::write(
+            s.dir.join(format!("saved-journal-boot{}.txt", i + 1)),
+            &journal,
+        )?;
+        vm::checks::journal_ok(
+            &format!("saved journal of boot {}", i + 1),
+            &journal,
+            expected_failures,
+        )?;
+    }
+    Ok(boots)
+}
+
+#[test]
+fn first_boot_pivot() {
+    scenario::run("first-boot-pivot", |s| {
+        let images = images::get()?;
+        let registry = Registry::start()?;
+        let v2 = push_v2(&registry, images)?;
+        let edits = EtcEdits::default()
+            .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
+            .file(ETC_EDIT, ETC_EDIT_TEXT);
+        let qcow2 = disk(s, images, edits)?;
+        let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+
+        // Boot 1: pivot.service pulls, stages and reboots by itself, before kubelet may start.
+        let boot1 = m.wait_boot(m.scaled(100))?;
+        let boot2 = m
+            .wait_boot(m.scaled(400))
+            .context("waiting for pivot's reboot into v2")?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+        let version = m.sh(". /usr/lib/os-release; echo \"$VERSION\"")?;
+        ensure!(
+            version.trim() == V2_OS_VERSION,
+            "os-release VERSION is {version:?}"
+        );
+        let edit = m.sh(&format!("cat /etc/{ETC_EDIT}"))?;
+        ensure!(
+            edit == ETC_EDIT_TEXT.trim_end(),
+            "the /etc edit became {edit:?}"
+        );
+        assert_v2_with_v1_rollback(&facts::guest_status(&mut m)?, images, &v2)?;
+
+        // Boot 2: pivot finds the node on its target, confirms it and does not reboot again.
+        m.sh(&format!("test ! -e /etc/{PULLSPEC_FILE}"))
+            .context("the pullspec file should be gone once the node runs its target")?;
+        let pivot_log = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        ensure!(
+            pivot_log.contains("already at target"),
+            "pivot in boot 2 did not find the target:\n{pivot_log}"
+        );
+        m.sh(
+            "test ! -e /run/pivot/reboot-needed && test -z \"$(systemctl list-jobs --no-legend)\"",
+        )
+        .context("boot 2 must not be heading for another reboot")?;
+        let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
+        facts::kubelet_started_after_pivot(&starts, &boot2.id, &images.commits.v2)?;
+        ensure!(
+            !starts.iter().any(|k| k.boot == boot1.id.replace('-', "")),
+            "kubelet started in boot 1, before pivot rebooted: {starts:?}"
+        );
+        let boot1_pivot = m.sh("journalctl -b -1 -u pivot.service -o cat --no-pager")?;
+        ensure!(
+            boot1_pivot.contains("staged deployment"),
+            "boot 1's pivot log:\n{boot1_pivot}"
+        );
+        m.poweroff()?;
+        ensure!(
+            m.boots.len() == 2,
+            "expected exactly 2 boots, saw {:?}",
+            m.boots
+        );
+
+        let disk = SavedDisk::open(&qcow2, &s.dir)?;
+        std::fs::write(
+            s.dir.join("saved-ostree-status.txt"),
+            disk.ostree_admin_status()?,
+        )?;
+        let status = disk.pivot_status(&images.pivot)?;
+        assert_v2_with_v1_rollback(&status, images, &v2)?;
+        assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
+        let boots = assert_journal_boots(&disk, s, &m, &[])?;
+        let boot1_journal = disk.journal(&boots[0])?;
+        ensure!(
+            !boot1_journal.contains("Starting kubelet.service")
+                && !boot1_journal.contains("kubelet-standin:"),
+            "kubelet started in boot 1 (saved journal)"
+        );
+        let state = facts::pivot_state(&status, STATEROOT);
+        ensure!(
+            state["last"]["outcome"] == "confirmed",
+            "pivot state on disk: {state}"
+        );
+        ensure!(
+            state["attempts"] == 0 && state["target"].is_null(),
+            "pivot state on disk: {state}"
+        );
+        let starts = facts::kubelet_starts(&std::fs::read_to_string(
+            disk.var().join("lib/kubelet-standin/starts"),
+        )?)?;
+        ensure!(starts.len() == 1, "kubelet records on disk: {starts:?}");
+        Ok(())
+    });
+}
+
+#[test]
+fn admin_pivot() {
+    scenario::run("admin-pivot", |s| {
+        let images = images::get()?;
+        let registry = Registry::start()?;
+        let v2 = push_v2(&registry, images)?;
+        let qcow2 = disk(s, images, EtcEdits::default())?;
+        let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+
+        let boot1 = m.wait_boot(m.scaled(100))?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        let bootloader_before = m.sh("cat /boot/syslinux/syslinux.cfg")?;
+
+        let timeout = m.scaled(300);
+        let started = std::time::Instant::now();
+        let out = m.run(&format!("pivot {}", v2.guest_by_tag()), timeout)?;
+        ensure!(out.rc == 0, "pivot exited with {}:\n{}", out.rc, out.text);
+        println!(
+            "[vm]   pivot pulled and staged v2 in {:.0?}",
+            started.elapsed()
+        );
+        // Staged: nothing changes until the reboot.
+        let list = facts::deployments(&facts::guest_status(&mut m)?)?;
+        let staged = one(&list, "staged", |d| d.staged)?;
+        ensure!(
+            staged.checksum == images.commits.v2,
+            "staged {staged:?} is not v2"
+        );
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        m.sh("test -e /run/pivot/reboot-needed")?;
+        let bootloader_after = m.sh("cat /boot/syslinux/syslinux.cfg")?;
+        ensure!(
+            bootloader_after == bootloader_before,
+            "staging rewrote the bootloader config before the reboot"
+        );
+        ensure!(
+            m.boot().id == boot1.id,
+            "the node rebooted without being asked"
+        );
+
+        m.reboot(m.scaled(150))?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+        assert_v2_with_v1_rollback(&facts::guest_status(&mut m)?, images, &v2)?;
+        let again = m.run(
+            &format!("pivot --unchanged-exit-77 {}", v2.guest_by_tag()),
+            m.scaled(120),
+        )?;
+        ensure!(
+            again.rc == 77,
+            "pivot to the running image should be a no-op (77), got {}:\n{}",
+            again.rc,
+            again.text
+        );
+        let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
+        facts::kubelet_started_after_pivot(&starts, &m.boot().id.clone(), &images.commits.v2)?;
+        m.poweroff()?;
+
+        let disk = SavedDisk::open(&qcow2, &s.dir)?;
+        std::fs::write(
+            s.dir.join("saved-ostree-status.txt"),
+            disk.ostree_admin_status()?,
+        )?;
+        assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
+        assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
+        assert_journal_boots(&disk, s, &m, &[])?;
+        Ok(())
+    });
+}
+
+/// The registry is down. pivot retries within its budget, then fails with a message in the
+/// journal and in `pivot status`; the node stays up on v1 and kubelet starts (a node that cannot
+/// reach its registry keeps serving its current OS rather than being held: the cluster can see
+/// and fix that, and pivot tries again at the next boot, up to its attempt limit); nothing
+/// reboots.
+const RETRY_BUDGET_SECS: u64 = 30;
+
+#[test]
+fn unreachable_registry() {
+    scenario::run("unreachable-registry", |s| {
+        let images = images::get()?;
+        let mut registry = Registry::start()?;
+        let port = port(&registry)?;
+        let pullspec = format!("{}/pivot/os:v2", vm::qemu::GUEST_REGISTRY);
+        registry.stop();
+        // An admin's drop-in shortens pivot's retry budget (default 120 s) to keep the test short.
+        let edits = EtcEdits::default()
+            .file(PULLSPEC_FILE, &format!("{pullspec}\n"))
+            .file(
+                "systemd/system/pivot.service.d/50-retry-budget.conf",
+                &format!("[Service]\nEnvironment=PIVOT_RETRY_TIMEOUT={RETRY_BUDGET_SECS}\n"),
+            );
+        let qcow2 = disk(s, images, edits)?;
+        let mut m = Machine::start(&s.dir, &qcow2, port)?;
+        m.expected_failures = vec!["pivot.service"];
+
+        for attempt in 1..=2u64 {
+            let boot = if attempt == 1 {
+                m.wait_boot(m.scaled(100))?
+            } else {
+                m.reboot(m.scaled(150))?
+            };
+            m.base_checks()?;
+            assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+            let result = m.sh("systemctl show -P Result pivot.service")?;
+            ensure!(
+                result.trim() == "exit-code",
+                "pivot.service result {result:?}, expected a failure"
+            );
+            let times = m.sh(
+                "systemctl show -P ExecMainStartTimestampMonotonic pivot.service; \
+                 systemctl show -P ExecMainExitTimestampMonotonic pivot.service",
+            )?;
+            let t: Vec<u64> = times
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            ensure!(t.len() == 2, "pivot.service timestamps: {times:?}");
+            let secs = (t[1] - t[0]) / 1_000_000;
+            println!("[vm]   attempt {attempt}: pivot gave up after {secs} s");
+            ensure!(
+                secs <= RETRY_BUDGET_SECS + 60,
+                "pivot took {secs} s to give up, with a retry budget of {RETRY_BUDGET_SECS} s"
+            );
+            let journal = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+            ensure!(
+                journal.matches("retrying in").count() >= 2,
+                "pivot did not retry:\n{journal}"
+            );
+            ensure!(
+                journal.contains(&pullspec) && journal.contains("retry budget"),
+                "the journal does not explain the failure:\n{journal}"
+            );
+            let status = facts::guest_status(&mut m)?;
+            let state = facts::pivot_state(&status, STATEROOT);
+            ensure!(
+                state["last"]["outcome"] == "failed",
+                "pivot status: {state}"
+            );
+            ensure!(
+                state["attempts"] == attempt,
+                "pivot status attempts: {state}"
+            );
+            ensure!(
+                state["last"]["error"]
+                    .as_str()
+                    .is_some_and(|e| !e.is_empty()),
+                "no error in {state}"
+            );
+            let text = m.sh("pivot status")?;
+            ensure!(
+                text.contains("Error:"),
+                "`pivot status` does not show the error:\n{text}"
+            );
+            let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
+            facts::kubelet_started_after_pivot(&starts, &boot.id, &images.commits.v1)?;
+            m.sh("test ! -e /run/pivot/reboot-needed && test -z \"$(systemctl list-jobs --no-legend)\"")
+                .context("a failed pivot must not lead to a reboot")?;
+            ensure!(
+                m.boot().id == boot.id,
+                "the node rebooted after the failure"
+            );
+        }
+        m.poweroff()?;
+
+        let disk = SavedDisk::open(&qcow2, &s.dir)?;
+        let status = disk.pivot_status(&images.pivot)?;
+        let list = facts::deployments(&status)?;
+        ensure!(
+            list.len() == 1 && list[0].checksum == images.commits.v1,
+            "deployments on disk: {list:?}"
+        );
+        ensure!(
+            facts::pivot_state(&status, STATEROOT)["attempts"] == 2,
+            "state on disk: {status}"
+        );
+        assert_bootloader(&disk, &[&images.commits.v1])?;
+        assert_journal_boots(&disk, s, &m, &["pivot.service"])?;
+        Ok(())
+    });
+}
+
+/// Images pivot must refuse: a layer whose bytes do not match its digest (first boot, from the
+/// pullspec file) and an image without an OSTree repo (by an admin). v1 stays untouched.
+#[test]
+fn bad_image() {
+    scenario::run("bad-image", |s| {
+        let images = images::get()?;
+        let registry = Registry::start()?;
+        let tree = Tree::fixture("os-v2")?;
+        let corrupt = push_oscontainer(
+            &registry,
+            "pivot/corrupt",
+            "v2",
+            &ImageSpec::new(tree.clone(), "2"),
+        )?;
+        let blob = registry.blob_data_path(&corrupt.layer_digests[0]);
+        let mut bytes = std::fs::read(&blob)?;
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        std::fs::write(&blob, bytes)?;
+        let mut no_repo = ImageSpec::new(tree, "2");
+        no_repo.with_repo = false;
+        let no_repo = push_oscontainer(&registry, "pivot/not-an-os", "v2", &no_repo)?;
+        let guest = |image: &PushedImage| {
+            format!(
+                "{}/{}:{}",
+                vm::qemu::GUEST_REGISTRY,
+                image.repository,
+                image.tag
+            )
+        };
+
+        let edits = EtcEdits::default().file(PULLSPEC_FILE, &format!("{}\n", guest(&corrupt)));
+        let qcow2 = disk(s, images, edits)?;
+        let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+        m.expected_failures = vec!["pivot.service"];
+
+        let boot1 = m.wait_boot(m.scaled(100))?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        let journal = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        ensure!(
+            journal.contains("digest mismatch") && journal.contains(&corrupt.layer_digests[0]),
+            "the journal does not name the corrupted layer:\n{journal}"
+        );
+        let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
+        facts::kubelet_started_after_pivot(&starts, &boot1.id, &images.commits.v1)?;
+        let refs_before = m.sh("ostree refs --repo=/sysroot/ostree/repo; ostree admin status")?;
+
+        let out = m.run(&format!("pivot {}", guest(&no_repo)), m.scaled(120))?;
+        ensure!(
+            out.rc == 1,
+            "pivot of an image without a repo exited with {}:\n{}",
+            out.rc,
+            out.text
+        );
+        ensure!(
+            out.text.contains("no OSTree repository"),
+            "unclear refusal:\n{}",
+            out.text
+        );
+        let list = facts::deployments(&facts::guest_status(&mut m)?)?;
+        ensure!(
+            list.len() == 1 && !list[0].staged,
+            "deployments changed: {list:?}"
+        );
+        let refs_after = m.sh("ostree refs --repo=/sysroot/ostree/repo; ostree admin status")?;
+        ensure!(
+            refs_before == refs_after,
+            "the refused pull changed the repo or deployments"
+        );
+
+        m.reboot(m.scaled(150))?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        m.poweroff()?;
+
+        let disk = SavedDisk::open(&qcow2, &s.dir)?;
+        let status = disk.pivot_status(&images.pivot)?;
+        let list = facts::deployments(&status)?;
+        ensure!(
+            list.len() == 1 && list[0].checksum == images.commits.v1,
+            "deployments on disk: {list:?}"
+        );
+        assert_bootloader(&disk, &[&images.commits.v1])?;
+        assert_journal_boots(&disk, s, &m, &["pivot.service"])?;
+        Ok(())
+    });
+}

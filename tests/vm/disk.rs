@@ -1,0 +1,245 @@
+//! The bootable disk: v1 deployed by libostree (the `ostree admin` CLI) into a sysroot directory
+//! once per run, then, per scenario, a copy of it with that scenario's /etc edits (what Ignition
+//! would write before the first boot) laid out as an MBR disk: p1 /boot (ext4, read by extlinux),
+//! p2 the root filesystem, and converted to qcow2.
+//!
+//! The bootloader reads what libostree writes: /boot/syslinux/syslinux.cfg links to
+//! ../loader/syslinux.cfg, which ostree's syslinux backend rewrites on every deploy (and which
+//! `ostree-finalize-staged` rewrites in the guest at shutdown).
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+
+use super::mounts::Mount;
+use super::os_commits::{OsCommits, V1_REF};
+use super::{cache, cmd};
+
+pub const STATEROOT: &str = "debian";
+pub const KARGS: &[&str] = &["root=LABEL=root", "rw", "console=ttyS0,115200n8"];
+const MIB: u64 = 1024 * 1024;
+pub const BOOT_OFFSET: u64 = MIB;
+pub const BOOT_SIZE: u64 = 384 * MIB;
+pub const ROOT_OFFSET: u64 = BOOT_OFFSET + BOOT_SIZE;
+const DISK_SIZE: u64 = 6 * 1024 * MIB;
+pub const ROOT_SIZE: u64 = DISK_SIZE - ROOT_OFFSET;
+const SYSLINUX_MODULES: &str = "/usr/lib/syslinux/modules/bios";
+const MBR_CODE: &str = "/usr/lib/syslinux/mbr/mbr.bin";
+const TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// Without it libostree marks deployments immutable and the work directory cannot be removed.
+pub const OSTREE_ENV: (&str, &str) = ("OSTREE_SYSROOT_DEBUG", "mutable-deployments");
+
+/// ostree's syslinux backend keeps the lines before its entries. `SERIAL` puts the bootloader on
+/// the serial console; menu.c32 parses ostree's labels, which contain spaces (plain ldlinux would
+/// append the extra words to the kernel command line).
+const SYSLINUX_HEADER: &str = "SERIAL 0 115200\nUI menu.c32\nPROMPT 0\nTIMEOUT 10\n";
+
+/// A sysroot directory with v1 deployed on [`STATEROOT`].
+pub fn deploy_v1(work: &Path, commits: &OsCommits) -> Result<PathBuf> {
+    let sysroot = work.join("sysroot");
+    fs::create_dir_all(&sysroot)?;
+    let s = format!("--sysroot={}", sysroot.display());
+    let repo = format!("--repo={}", sysroot.join("ostree/repo").display());
+    ostree(&["admin", "init-fs", &sysroot.display().to_string()])?;
+    ostree(&["admin", "os-init", &s, STATEROOT])?;
+    // A plain directory is no bootloader ostree can detect: name it.
+    ostree(&[&repo, "config", "set", "sysroot.bootloader", "syslinux"])?;
+    let boot = sysroot.join("boot");
+    fs::create_dir_all(boot.join("loader.0"))?;
+    fs::create_dir_all(boot.join("syslinux"))?;
+    symlink("loader.0", boot.join("loader"))?;
+    symlink("../loader/syslinux.cfg", boot.join("syslinux/syslinux.cfg"))?;
+    fs::write(boot.join("loader.0/syslinux.cfg"), SYSLINUX_HEADER)?;
+    for module in ["menu.c32", "libutil.c32", "libcom32.c32"] {
+        fs::copy(
+            Path::new(SYSLINUX_MODULES).join(module),
+            boot.join("syslinux").join(module),
+        )
+        .with_context(|| format!("copying {module} (is syslinux-common installed?)"))?;
+    }
+    ostree(&[
+        &repo,
+        "pull-local",
+        &commits.repo.display().to_string(),
+        V1_REF,
+    ])?;
+    let mut deploy = vec![
+        "admin".to_string(),
+        "deploy".into(),
+        s,
+        format!("--os={STATEROOT}"),
+    ];
+    deploy.extend(KARGS.iter().map(|k| format!("--karg={k}")));
+    deploy.push(V1_REF.into());
+    ostree(&deploy.iter().map(String::as_str).collect::<Vec<_>>())?;
+    Ok(sysroot)
+}
+
+fn ostree(args: &[&str]) -> Result<String> {
+    cmd::run(
+        Command::new("ostree")
+            .args(args)
+            .env(OSTREE_ENV.0, OSTREE_ENV.1),
+        TIMEOUT,
+    )
+}
+
+/// What a scenario puts into v1's /etc before the first boot.
+#[derive(Default)]
+pub struct EtcEdits {
+    /// (path relative to /etc, contents)
+    pub files: Vec<(String, String)>,
+}
+
+impl EtcEdits {
+    pub fn file(mut self, path: &str, contents: &str) -> Self {
+        self.files.push((path.to_string(), contents.to_string()));
+        self
+    }
+}
+
+/// Builds `qcow2` from a copy of `sysroot` with `edits` applied to the deployment's /etc.
+pub fn build(sysroot: &Path, edits: &EtcEdits, scratch: &Path, qcow2: &Path) -> Result<()> {
+    let copy = scratch.join("sysroot");
+    cache::remove_tree(&copy)?;
+    cmd::run(
+        Command::new("cp").arg("-a").arg(sysroot).arg(&copy),
+        TIMEOUT,
+    )?;
+    let etc = deployment_dir(&copy)?.join("etc");
+    // Each machine its own id, written where the first boot would otherwise create one.
+    fs::write(etc.join("machine-id"), format!("{}\n", random_hex(16)?))?;
+    for (path, contents) in &edits.files {
+        let file = etc.join(path);
+        fs::create_dir_all(file.parent().unwrap())?;
+        fs::write(&file, contents).with_context(|| format!("writing {}", file.display()))?;
+    }
+    // /boot becomes its own partition: the root filesystem keeps an empty mount point.
+    let boot = scratch.join("boot");
+    cache::remove_tree(&boot)?;
+    fs::rename(copy.join("boot"), &boot)?;
+    fs::create_dir(copy.join("boot"))?;
+
+    let raw = scratch.join("disk.raw");
+    let _ = fs::remove_file(&raw);
+    fs::File::create(&raw)?.set_len(DISK_SIZE)?;
+    mkfs(
+        &raw,
+        ROOT_OFFSET,
+        ROOT_SIZE,
+        &["-L", "root", "-d", &copy.display().to_string()],
+    )?;
+    // syslinux 6.04 cannot read ext4 with 64bit or metadata_csum.
+    mkfs(
+        &raw,
+        BOOT_OFFSET,
+        BOOT_SIZE,
+        &["-L", "boot", "-O", "^64bit,^metadata_csum"],
+    )?;
+    {
+        // Filled through a mount, not `mkfs -d`: mkfs -d leaves zero blocks as holes, and
+        // extlinux then fails to load the kernel ("I/O error").
+        let mount = Mount::partition(
+            &raw,
+            BOOT_OFFSET,
+            BOOT_SIZE,
+            &scratch.join("boot-mnt"),
+            false,
+        )?;
+        cmd::run(
+            Command::new("cp")
+                .arg("-a")
+                .arg(format!("{}/.", boot.display()))
+                .arg(mount.path()),
+            TIMEOUT,
+        )?;
+        cmd::run(
+            Command::new("extlinux")
+                .arg("--install")
+                .arg(mount.path().join("syslinux")),
+            TIMEOUT,
+        )?;
+    }
+    write_mbr(&raw)?;
+    cmd::run(
+        Command::new("qemu-img")
+            .args(["convert", "-O", "qcow2"])
+            .arg(&raw)
+            .arg(qcow2),
+        TIMEOUT,
+    )?;
+    fs::remove_file(&raw)?;
+    cache::remove_tree(&copy)?;
+    cache::remove_tree(&boot)?;
+    Ok(())
+}
+
+/// The one deployment directory of [`STATEROOT`] in a freshly deployed sysroot.
+fn deployment_dir(sysroot: &Path) -> Result<PathBuf> {
+    let dir = sysroot.join("ostree/deploy").join(STATEROOT).join("deploy");
+    let found: Vec<PathBuf> = fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    ensure!(
+        found.len() == 1,
+        "expected one deployment in {}, found {found:?}",
+        dir.display()
+    );
+    Ok(found[0].clone())
+}
+
+fn mkfs(raw: &Path, offset: u64, size: u64, args: &[&str]) -> Result<()> {
+    cmd::run(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .args(args)
+            .arg("-E")
+            .arg(format!("offset={offset}"))
+            .arg(raw)
+            .arg(format!("{}k", size / 1024)),
+        TIMEOUT,
+    )
+    .map(drop)
+}
+
+/// syslinux's MBR boot code and a DOS partition table: p1 (active) /boot, p2 root.
+fn write_mbr(raw: &Path) -> Result<()> {
+    let code = fs::read(MBR_CODE).with_context(|| format!("reading {MBR_CODE}"))?;
+    let mut mbr = [0u8; 512];
+    mbr[..440].copy_from_slice(&code[..440]);
+    for (i, (active, offset, size)) in [
+        (true, BOOT_OFFSET, BOOT_SIZE),
+        (false, ROOT_OFFSET, ROOT_SIZE),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let e = &mut mbr[446 + 16 * i..446 + 16 * (i + 1)];
+        e[0] = if active { 0x80 } else { 0 };
+        // CHS fields saturated: everything reads the LBA fields.
+        e[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]);
+        e[4] = 0x83; // Linux
+        e[5..8].copy_from_slice(&[0xfe, 0xff, 0xff]);
+        e[8..12].copy_from_slice(&u32::try_from(offset / 512)?.to_le_bytes());
+        e[12..16].copy_from_slice(&u32::try_from(size / 512)?.to_le_bytes());
+    }
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    let mut file = fs::OpenOptions::new().write(true).open(raw)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(&mbr)?;
+    Ok(())
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(hex::encode(buf))
+}

@@ -1,0 +1,208 @@
+//! A booted VM as the scenarios see it: QEMU plus the command channel, with every boot tracked by
+//! its boot id and timed, and the base checks run after each boot.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+
+use super::agent::{Agent, Output};
+use super::checks;
+use super::qemu::{Accel, Paths, Qemu};
+
+/// One boot of the machine, as announced by the guest agent.
+#[derive(Clone, Debug)]
+pub struct Boot {
+    /// 1 for the first boot of this machine.
+    pub n: usize,
+    pub id: String,
+    /// From power-on (or the reboot before it) to the agent's hello.
+    pub secs: f64,
+}
+
+pub struct Machine {
+    qemu: Qemu,
+    agent: Agent,
+    paths: Paths,
+    dir: PathBuf,
+    accel: Accel,
+    pub boots: Vec<Boot>,
+    /// When the boot being waited for started: power-on, or the previous boot's reboot.
+    since: Instant,
+    /// Console length (bytes) when that boot started: only newer text is checked.
+    console_mark: usize,
+    /// Units this scenario expects to fail (e.g. pivot.service when the registry is down).
+    pub expected_failures: Vec<&'static str>,
+}
+
+impl Machine {
+    /// Powers on a VM booting `disk`; logs and sockets go to `dir`.
+    pub fn start(dir: &Path, disk: &Path, registry_port: u16) -> Result<Machine> {
+        let accel = Accel::get();
+        let paths = Paths::new(dir);
+        let qemu = Qemu::start(disk, &paths, registry_port, accel)?;
+        let agent = Agent::connect(&paths.agent)?;
+        Ok(Machine {
+            qemu,
+            agent,
+            paths,
+            dir: dir.to_path_buf(),
+            accel,
+            boots: Vec::new(),
+            since: Instant::now(),
+            console_mark: 0,
+            expected_failures: Vec::new(),
+        })
+    }
+
+    /// A timeout scaled for the accelerator (`secs` is what KVM needs).
+    pub fn scaled(&self, secs: u64) -> Duration {
+        Duration::from_secs(secs * u64::from(self.accel.slowdown()))
+    }
+
+    pub fn boot(&self) -> &Boot {
+        self.boots.last().expect("the machine has booted")
+    }
+
+    /// Waits for the next boot (a boot id not seen before) to bring up its agent. Fails early
+    /// on a panic or emergency shell on the console, or when QEMU exits.
+    pub fn wait_boot(&mut self, timeout: Duration) -> Result<Boot> {
+        let deadline = Instant::now() + timeout;
+        let mut restart_seen = false;
+        loop {
+            if let Some(status) = self.qemu.exited()? {
+                bail!(
+                    "QEMU exited ({status}) while waiting for boot {}",
+                    self.boots.len() + 1
+                );
+            }
+            let console = self.console_since(self.console_mark);
+            let fatal = checks::fatal_lines(&console);
+            ensure!(
+                fatal.is_empty(),
+                "boot {}: {}",
+                self.boots.len() + 1,
+                fatal.join(" / ")
+            );
+            // A reboot the guest started itself: this boot's time counts from the restart.
+            if !restart_seen && console.contains("reboot: Restarting system") {
+                restart_seen = true;
+                self.since = Instant::now();
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "boot {} did not bring up the agent within {timeout:?}",
+                    self.boots.len() + 1
+                );
+            }
+            let step = (Instant::now() + Duration::from_secs(2)).min(deadline);
+            let Some((id, at)) = self.agent.next_hello(step)? else {
+                continue;
+            };
+            if self.boots.iter().any(|b| b.id == id) {
+                continue;
+            }
+            let boot = Boot {
+                n: self.boots.len() + 1,
+                id,
+                secs: at.duration_since(self.since).as_secs_f64(),
+            };
+            println!(
+                "[vm]   boot {} ({}) up in {:.1} s [{:?}]",
+                boot.n, boot.id, boot.secs, self.accel
+            );
+            self.since = at;
+            self.console_mark = self.console_len();
+            self.boots.push(boot.clone());
+            return Ok(boot);
+        }
+    }
+
+    /// Runs `script` in the current boot; returns its output and exit code.
+    pub fn run(&mut self, script: &str, timeout: Duration) -> Result<Output> {
+        let boot = self.boot().id.clone();
+        self.agent.run(&boot, script, timeout)
+    }
+
+    /// Runs `script`, which must succeed; returns its output.
+    pub fn sh(&mut self, script: &str) -> Result<String> {
+        let timeout = self.scaled(60);
+        let out = self.run(script, timeout)?;
+        ensure!(
+            out.rc == 0,
+            "`{script}` exited with {} in the guest:\n{}",
+            out.rc,
+            out.text
+        );
+        Ok(out.text)
+    }
+
+    /// The checks every boot must pass; saves the boot's journal as an artefact.
+    pub fn base_checks(&mut self) -> Result<()> {
+        let n = self.boot().n;
+        let timeout = self.scaled(200);
+        let state = self.run("systemctl is-system-running --wait", timeout)?;
+        let journal = self.run(
+            "journalctl -b -o short-monotonic --no-pager",
+            self.scaled(60),
+        )?;
+        let file = self.dir.join(format!("journal-boot{n}.txt"));
+        fs::write(&file, &journal.text)?;
+        let failed =
+            self.sh("systemctl list-units --failed --plain --no-legend | awk '{print $1}'")?;
+        let unexpected: Vec<&str> = failed
+            .lines()
+            .filter(|u| !u.is_empty() && !self.expected_failures.contains(u))
+            .collect();
+        ensure!(
+            unexpected.is_empty(),
+            "boot {n}: failed units {unexpected:?} (system state: {})",
+            state.text.trim()
+        );
+        let modes = self.run(
+            "systemctl is-active emergency.target rescue.target",
+            self.scaled(30),
+        )?;
+        ensure!(
+            !modes.text.lines().any(|l| l.trim() == "active"),
+            "boot {n}: emergency or rescue mode is active"
+        );
+        checks::journal_ok(&format!("boot {n}"), &journal.text, &self.expected_failures)?;
+        ensure!(
+            matches!(state.text.trim(), "running" | "degraded"),
+            "boot {n}: system state {:?}",
+            state.text.trim()
+        );
+        Ok(())
+    }
+
+    /// `systemctl reboot`, then waits for the next boot.
+    pub fn reboot(&mut self, timeout: Duration) -> Result<Boot> {
+        let boot = self.boot().id.clone();
+        self.since = Instant::now();
+        self.console_mark = self.console_len();
+        self.agent.send(&boot, "systemctl reboot")?;
+        self.wait_boot(timeout)
+    }
+
+    /// `systemctl poweroff`, then waits for QEMU to exit, so the disk is complete.
+    pub fn poweroff(&mut self) -> Result<()> {
+        let boot = self.boot().id.clone();
+        self.agent.send(&boot, "systemctl poweroff")?;
+        let timeout = self.scaled(60);
+        self.qemu.wait_exit(timeout).context("powering off")
+    }
+
+    /// Console text after byte `mark`.
+    fn console_since(&self, mark: usize) -> String {
+        let bytes = fs::read(&self.paths.console).unwrap_or_default();
+        String::from_utf8_lossy(bytes.get(mark..).unwrap_or_default()).into_owned()
+    }
+
+    fn console_len(&self) -> usize {
+        fs::metadata(&self.paths.console)
+            .map(|m| m.len() as usize)
+            .unwrap_or(0)
+    }
+}
