@@ -20,6 +20,9 @@ pub struct DeploymentInfo {
     pub version: Option<String>,
     /// `host/path@sha256:…` this deployment was pivoted from, if pivot (or openshift/pivot) made it.
     pub image: Option<String>,
+    /// The pullspec pivot deployed this from, as it was given (tag included).
+    #[serde(skip)]
+    pub pullspec: Option<String>,
     pub booted: bool,
     pub staged: bool,
     /// First in boot order: what the bootloader starts next (a staged deployment, once finalized
@@ -66,6 +69,10 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
         .map(|(i, d)| {
             let checksum = d.csum().to_string();
             let origin = d.origin();
+            let pullspec = origin
+                .as_ref()
+                .and_then(|o| o.string("pivot", "pullspec").ok())
+                .map(|p| p.to_string());
             let label_version = origin
                 .as_ref()
                 .and_then(|o| o.string("pivot", "version").ok())
@@ -73,6 +80,7 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
             Ok(DeploymentInfo {
                 stateroot: d.osname().to_string(),
                 version: commit_version(&repo, &checksum)?.or(label_version),
+                pullspec,
                 image: origin.as_ref().and_then(origin_image),
                 serial: d.deployserial(),
                 booted: booted.as_ref().is_some_and(|b| b.equal(d)),

@@ -232,6 +232,12 @@ impl Run<'_> {
             }
         }
         if self.source == Source::File {
+            // The node runs what pivot deployed for this very pullspec: confirmed, even if the
+            // registry is out of reach now (a moved tag is the cluster's next pivot, not this one).
+            if self.local.current.pullspec.as_deref() == Some(self.image.to_string().as_str()) {
+                let current = self.local.current.clone();
+                return self.settle(current);
+            }
             self.count_attempt()?;
         }
 

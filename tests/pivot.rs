@@ -246,7 +246,7 @@ fn uncompressed_layers_and_single_ref_fallback_are_imported() {
 
 #[test]
 fn pullspec_file_drives_the_pivot_and_is_removed_once_the_target_runs() {
-    let env = Env::new();
+    let mut env = Env::new();
     let v2 = env.push_v2();
     let v1_etc = env.default_etc();
     std::fs::create_dir_all(v1_etc.join("pivot")).unwrap();
@@ -265,7 +265,9 @@ fn pullspec_file_drives_the_pivot_and_is_removed_once_the_target_runs() {
     let v2_file = env.default_etc().join("pivot/image-pullspec");
     assert!(v2_file.exists());
 
-    // Next run (the next boot): the node is on the target, so the file has done its job.
+    // Next run (the next boot): the node is on the target, so the file has done its job —
+    // known from the deployment's origin, without the registry.
+    env.registry.stop();
     let out = env.pivot(&["--unchanged-exit-77"]);
     assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
     assert!(
