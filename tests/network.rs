@@ -17,6 +17,32 @@ fn push_big_v2(env: &Env) -> pivot_testkit::PushedImage {
     env.push("v2", &ImageSpec::new(tree, "2"))
 }
 
+/// The first layer's digest and its size on the registry's disk.
+fn first_layer<'i>(env: &Env, image: &'i pivot_testkit::PushedImage) -> (&'i String, u64) {
+    let blob = &image.layer_digests[0];
+    let size = std::fs::metadata(env.registry.blob_data_path(blob))
+        .unwrap()
+        .len();
+    (blob, size)
+}
+
+/// Points pivot at `proxy`, over plain HTTP.
+fn insecure_via(env: &mut Env, proxy: &FaultProxy) {
+    env.set_registries_conf(&format!(
+        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+        proxy.host()
+    ));
+}
+
+/// A resumed download transfers the blob about once (≤ 1.1×), not twice.
+fn assert_sent_at_most_once(proxy: &FaultProxy, blob: &str, size: u64) {
+    let sent = proxy.body_bytes_sent(blob);
+    assert!(
+        sent as f64 <= size as f64 * 1.1,
+        "{sent} bytes sent for a {size}-byte blob"
+    );
+}
+
 fn through(proxy: &FaultProxy, tag: &str) -> String {
     format!("{}/pivot/os:{tag}", proxy.host())
 }
@@ -315,10 +341,7 @@ fn transient_503_and_429_are_retried_until_they_pass() {
     proxy.add_fault(Fault::status("/manifests/", 503).times(2));
     proxy.add_fault(Fault::too_many_requests("/blobs/", None).times(1));
     let mut env = env;
-    env.set_registries_conf(&format!(
-        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
-        proxy.host()
-    ));
+    insecure_via(&mut env, &proxy);
 
     let out = env.pivot(&["--retry-timeout", "60", &through(&proxy, "v2")]);
     assert_success(&out);
@@ -366,20 +389,14 @@ fn unreachable_registry_is_retried_within_the_budget_then_reported() {
 fn a_blob_cut_halfway_resumes_with_a_range_request() {
     let mut env = Env::new();
     let v2 = push_big_v2(&env);
-    let blob = &v2.layer_digests[0];
-    let size = std::fs::metadata(env.registry.blob_data_path(blob))
-        .unwrap()
-        .len();
+    let (blob, size) = first_layer(&env, &v2);
     let proxy = FaultProxy::start(&env.registry.host()).unwrap();
     proxy.add_fault(
         Fault::drop_after(&format!("/blobs/{blob}"), size / 2)
             .method("GET")
             .times(1),
     );
-    env.set_registries_conf(&format!(
-        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
-        proxy.host()
-    ));
+    insecure_via(&mut env, &proxy);
 
     let out = env.pivot(&["--retry-timeout", "60", &through(&proxy, "v2")]);
     assert_success(&out);
@@ -394,21 +411,14 @@ fn a_blob_cut_halfway_resumes_with_a_range_request() {
         Some(format!("bytes={}-", size / 2).as_str()),
         "{gets:?}"
     );
-    let sent = proxy.body_bytes_sent(blob);
-    assert!(
-        sent as f64 <= size as f64 * 1.1,
-        "{sent} bytes sent for a {size}-byte blob"
-    );
+    assert_sent_at_most_once(&proxy, blob, size);
 }
 
 #[test]
 fn a_stalled_transfer_is_cut_and_resumed() {
     let mut env = Env::new();
     let v2 = push_big_v2(&env);
-    let blob = &v2.layer_digests[0];
-    let size = std::fs::metadata(env.registry.blob_data_path(blob))
-        .unwrap()
-        .len();
+    let (blob, size) = first_layer(&env, &v2);
     let proxy = FaultProxy::start(&env.registry.host()).unwrap();
     // Longer than pivot's 30 s stall timeout: pivot must give up on it, not wait it out.
     proxy.add_fault(
@@ -420,10 +430,7 @@ fn a_stalled_transfer_is_cut_and_resumed() {
         .method("GET")
         .times(1),
     );
-    env.set_registries_conf(&format!(
-        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
-        proxy.host()
-    ));
+    insecure_via(&mut env, &proxy);
 
     let started = Instant::now();
     let out = env.pivot(&["--retry-timeout", "120", &through(&proxy, "v2")]);
@@ -433,21 +440,14 @@ fn a_stalled_transfer_is_cut_and_resumed() {
         "took {:?}",
         started.elapsed()
     );
-    let sent = proxy.body_bytes_sent(blob);
-    assert!(
-        sent as f64 <= size as f64 * 1.1,
-        "{sent} bytes sent for a {size}-byte blob"
-    );
+    assert_sent_at_most_once(&proxy, blob, size);
 }
 
 #[test]
 fn a_killed_pivot_resumes_its_download_on_the_next_run() {
     let mut env = Env::new();
     let v2 = push_big_v2(&env);
-    let blob = &v2.layer_digests[0];
-    let size = std::fs::metadata(env.registry.blob_data_path(blob))
-        .unwrap()
-        .len();
+    let (blob, size) = first_layer(&env, &v2);
     let proxy = FaultProxy::start(&env.registry.host()).unwrap();
     proxy.add_fault(
         Fault::stall_after(
@@ -458,10 +458,7 @@ fn a_killed_pivot_resumes_its_download_on_the_next_run() {
         .method("GET")
         .times(1),
     );
-    env.set_registries_conf(&format!(
-        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
-        proxy.host()
-    ));
+    insecure_via(&mut env, &proxy);
     let before = env.sysroot.snapshot().unwrap();
 
     // Kill -9 while half the blob is in and the rest is stalled.
@@ -487,11 +484,7 @@ fn a_killed_pivot_resumes_its_download_on_the_next_run() {
         "{}",
         stderr(&out)
     );
-    let sent = proxy.body_bytes_sent(blob);
-    assert!(
-        sent as f64 <= size as f64 * 1.1,
-        "{sent} bytes sent for a {size}-byte blob"
-    );
+    assert_sent_at_most_once(&proxy, blob, size);
     assert_eq!(
         env.status_json()["deployments"][0]["checksum"],
         v2.commit.as_str()
