@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::auth::AuthFiles;
+use crate::confirm::{self, Verdict};
 use crate::pivot::{self, Outcome};
 use crate::progress::Progress;
 use crate::registry::Access;
@@ -29,6 +30,16 @@ pub struct Cli {
 pub enum Command {
     /// Show the deployments and pivot's last attempt.
     Status(StatusArgs),
+    /// At boot: record whether the node runs what the last pivot deployed (pivot-confirm.service).
+    ///
+    /// Exits 1 when it does not, with the reason, which `pivot status` then shows too.
+    Confirm(ConfirmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfirmArgs {
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysroot: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -70,6 +81,10 @@ pub struct PivotArgs {
     /// Seconds a run may spend retrying transient registry faults before it fails.
     #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
     pub retry_timeout: u64,
+    /// Keep the bytes of layers being downloaded on disk so that a killed pivot resumes them
+    /// (--partial-downloads=false saves that disk space: at most the two largest compressed layers).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub partial_downloads: bool,
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +115,21 @@ pub async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             }
             Ok(Exit::Success)
         }
+        Some(Command::Confirm(args)) => {
+            let verdict =
+                tokio::task::spawn_blocking(move || confirm::confirm(&args.sysroot)).await??;
+            Ok(match verdict {
+                Verdict::Confirmed { commit } => {
+                    tracing::info!(commit = %commit, "confirmed: the node runs {commit}, which pivot deployed");
+                    Exit::Success
+                }
+                Verdict::NotRunning { reason } => {
+                    tracing::error!("the last pivot did not take effect: {reason}");
+                    Exit::Failure
+                }
+                Verdict::Nothing => Exit::Success,
+            })
+        }
         None => run_pivot(cli.pivot, progress).await,
     }
 }
@@ -110,6 +140,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         sysroot: args.sysroot,
         stateroot: args.stateroot,
         keep: args.keep,
+        partial_downloads: args.partial_downloads,
         progress,
         access: Access {
             auth: AuthFiles::new(args.authfile.as_deref()),

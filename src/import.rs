@@ -19,8 +19,8 @@ use crate::image::{is_checksum, Compression};
 const REPO_DIR: &str = "srv/repo/";
 
 /// Collects what the layers say about the repo while their objects are written.
-pub struct RepoImporter<'r> {
-    repo: &'r ostree::Repo,
+pub struct RepoImporter {
+    repo: ostree::Repo,
     /// Contents of `srv/repo/config`, if any layer had it.
     config: Option<String>,
     /// ref name → checksum, from `srv/repo/refs/`.
@@ -29,9 +29,10 @@ pub struct RepoImporter<'r> {
     pub objects_skipped: u64,
 }
 
-impl<'r> RepoImporter<'r> {
+impl RepoImporter {
     /// `repo` must be in a transaction: objects only become visible when the caller commits it.
-    pub fn new(repo: &'r ostree::Repo) -> Self {
+    /// Several importers may write into one transaction from different threads.
+    pub fn new(repo: ostree::Repo) -> Self {
         RepoImporter {
             repo,
             config: None,
@@ -63,6 +64,16 @@ impl<'r> RepoImporter<'r> {
                 (Ok(()), imported) => imported,
             }
         })
+    }
+
+    /// Takes in what `later` (the importer of a later layer) found: its config and refs win.
+    pub fn absorb(&mut self, later: RepoImporter) {
+        if later.config.is_some() {
+            self.config = later.config;
+        }
+        self.refs.extend(later.refs);
+        self.objects_written += later.objects_written;
+        self.objects_skipped += later.objects_skipped;
     }
 
     fn import_tar(&mut self, reader: impl Read) -> Result<()> {
@@ -146,9 +157,9 @@ impl<'r> RepoImporter<'r> {
                 let mut data = Vec::with_capacity(size as usize);
                 entry.read_to_end(&mut data)?;
                 let input = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(data));
-                write_filez(self.repo, checksum, input, size)?;
+                write_filez(&self.repo, checksum, input, size)?;
             } else {
-                write_filez_streaming(self.repo, checksum, entry, size)?;
+                write_filez_streaming(&self.repo, checksum, entry, size)?;
             }
         } else {
             ensure!(
@@ -212,7 +223,7 @@ impl<'r> RepoImporter<'r> {
                 .has_object(ObjectType::Commit, &commit, cancellable)?,
             "commit {commit} is not in the image's repository"
         );
-        verify_complete(self.repo, &commit)?;
+        verify_complete(&self.repo, &commit)?;
         Ok(commit)
     }
 }

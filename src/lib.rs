@@ -1,12 +1,13 @@
 //! pivot: move an OSTree node onto the OS inside an oscontainer image.
 //!
 //! One module per stage: [`reference`] → [`registry`] → [`image`] → [`import`] → [`deploy`] →
-//! [`state`]; [`status`] reads deployments and state; [`cli`], [`logging`] and [`reboot`] are the
+//! [`state`]; [`status`] reads deployments and state, [`confirm`] checks at boot that a pivot took effect; [`cli`], [`logging`] and [`reboot`] are the
 //! edges to people, journald and systemd.
 
 pub mod blob_reader;
 pub mod cli;
 pub mod config;
+pub mod confirm;
 pub mod deploy;
 pub mod deployments;
 pub mod image;

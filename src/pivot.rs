@@ -9,6 +9,7 @@
 //! limited, and removing the state file resets the count.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{bail, ensure, Context, Result};
 use ostree::gio;
@@ -35,6 +36,8 @@ pub struct Options {
     pub sysroot: PathBuf,
     pub stateroot: Option<String>,
     pub keep: bool,
+    /// Spool layer downloads to disk so that a killed run resumes them.
+    pub partial_downloads: bool,
     pub access: Access,
     pub progress: Progress,
 }
@@ -276,6 +279,7 @@ impl Run<'_> {
             image,
             os,
             keep: self.opts.keep,
+            partial_downloads: self.opts.partial_downloads,
             registry,
             runtime: Handle::current(),
             progress: self.opts.progress.clone(),
@@ -386,6 +390,7 @@ struct Job {
     image: ImageRef,
     os: OsImage,
     keep: bool,
+    partial_downloads: bool,
     registry: Registry,
     runtime: Handle,
     progress: Progress,
@@ -454,7 +459,7 @@ impl Job {
     }
 
     fn import_in_transaction(&self, repo: &ostree::Repo) -> Result<String> {
-        let spools = Spools::new(repo, &self.os);
+        let spools = Spools::new(repo, &self.os, self.partial_downloads);
         let imported = self.import_layers(repo, &spools);
         // A killed run keeps its downloads for the next one; a run that ends keeps nothing.
         spools.remove_all();
@@ -465,8 +470,6 @@ impl Job {
         let tx = repo
             .auto_transaction(gio::Cancellable::NONE)
             .context("starting a repo transaction")?;
-        let mut importer = RepoImporter::new(repo);
-        let count = self.os.layers.len();
         self.progress.step("importing");
         let sizes: Vec<(String, u64)> = self
             .os
@@ -475,22 +478,11 @@ impl Job {
             .map(|l| (l.descriptor.digest.clone(), l.descriptor.size.max(0) as u64))
             .collect();
         self.progress.start(&self.pullspec, &self.os.digest, &sizes);
-        for (i, layer) in self.os.layers.iter().enumerate() {
-            let digest = &layer.descriptor.digest;
-            let context = || format!("fetching layer {}/{count} {digest}", i + 1);
-            let spool = spools.path(digest);
-            let reader = BlobReader::open(
-                &self.runtime,
-                &self.registry,
-                &layer.descriptor,
-                spool.as_deref(),
-            )
-            .with_context(context)?
-            .with_progress(self.progress.clone(), i);
-            importer
-                .import_blob(reader, layer.compression)
-                .with_context(context)?;
-            spools.remove(digest);
+        let mut importer = RepoImporter::new(repo.clone());
+        // Merged in layer order, so a later layer's config or ref wins as it would in a
+        // sequential import.
+        for layer in self.import_each_layer(repo, spools)? {
+            importer.absorb(layer);
         }
         let (written, skipped) = (importer.objects_written, importer.objects_skipped);
         let commit = importer.finish(self.os.commit_label.as_deref())?;
@@ -499,19 +491,87 @@ impl Job {
         tracing::info!(commit = %commit, "imported {commit}: {written} objects written, {skipped} already present");
         Ok(commit)
     }
+
+    /// Imports the layers [`PARALLEL_LAYERS`] at a time into the open transaction, each into its
+    /// own [`RepoImporter`]; returns them in layer order. After a failure no new layer starts,
+    /// and the error reported is that of the first failed layer.
+    fn import_each_layer(&self, repo: &ostree::Repo, spools: &Spools) -> Result<Vec<RepoImporter>> {
+        let count = self.os.layers.len();
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let mut done: Vec<(usize, Result<RepoImporter>)> = std::thread::scope(|scope| {
+            let (next, failed) = (&next, &failed);
+            let workers: Vec<_> = (0..PARALLEL_LAYERS.min(count))
+                .map(|_| {
+                    // A repo handle may move between threads but not be shared by them.
+                    let repo = repo.clone();
+                    scope.spawn(move || {
+                        let mut done = Vec::new();
+                        while !failed.load(Ordering::Relaxed) {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= count {
+                                break;
+                            }
+                            let imported = self.import_layer(&repo, spools, i);
+                            failed.fetch_or(imported.is_err(), Ordering::Relaxed);
+                            done.push((i, imported));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| {
+                    w.join().unwrap_or_else(|_| {
+                        vec![(0, Err(anyhow::anyhow!("a layer import thread panicked")))]
+                    })
+                })
+                .collect()
+        });
+        done.sort_by_key(|(i, _)| *i);
+        done.into_iter().map(|(_, imported)| imported).collect()
+    }
+
+    fn import_layer(&self, repo: &ostree::Repo, spools: &Spools, i: usize) -> Result<RepoImporter> {
+        let layer = &self.os.layers[i];
+        let digest = &layer.descriptor.digest;
+        let context = || format!("fetching layer {}/{} {digest}", i + 1, self.os.layers.len());
+        let reader = BlobReader::open(
+            &self.runtime,
+            &self.registry,
+            &layer.descriptor,
+            spools.path(digest).as_deref(),
+        )
+        .with_context(context)?
+        .with_progress(self.progress.clone(), i);
+        let mut importer = RepoImporter::new(repo.clone());
+        importer
+            .import_blob(reader, layer.compression)
+            .with_context(context)?;
+        spools.remove(digest);
+        Ok(importer)
+    }
 }
+
+/// Layers imported at once. Each layer's import already keeps two threads busy
+/// (decompression, object writes) but waits on the network and on fsync in turns; a second
+/// layer fills those gaps (measured: benches/pivot-bench). More would only add memory and
+/// spooled bytes on a 2-core node.
+pub const PARALLEL_LAYERS: usize = 2;
 
 /// Partial layer downloads under the repo's `tmp/pivot-downloads/`, kept only while a run is in
 /// progress, so that a run that is killed can be resumed by the next one.
 struct Spools {
     dir: PathBuf,
+    enabled: bool,
 }
 
 impl Spools {
     const DIR: &'static str = "tmp/pivot-downloads";
 
-    /// Drops what earlier runs left for other images.
-    fn new(repo: &ostree::Repo, os: &OsImage) -> Spools {
+    /// Drops what earlier runs left for other images (all of it when spooling is off).
+    fn new(repo: &ostree::Repo, os: &OsImage, enabled: bool) -> Spools {
         let dir = repo.path().path().unwrap_or_default().join(Self::DIR);
         let wanted: Vec<String> = os
             .layers
@@ -519,15 +579,15 @@ impl Spools {
             .map(|l| spool_name(&l.descriptor.digest))
             .collect();
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if !wanted.iter().any(|w| entry.file_name() == w.as_str()) {
+            if !enabled || !wanted.iter().any(|w| entry.file_name() == w.as_str()) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        Spools { dir }
+        Spools { dir, enabled }
     }
 
     fn path(&self, digest: &str) -> Option<PathBuf> {
-        Some(self.dir.join(spool_name(digest)))
+        self.enabled.then(|| self.dir.join(spool_name(digest)))
     }
 
     fn remove(&self, digest: &str) {

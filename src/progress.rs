@@ -41,7 +41,8 @@ struct State {
     last_plain: Instant,
     last_plain_tenth: u64,
     last_json: Vec<Instant>,
-    drawn: bool,
+    /// Lines of bars on screen.
+    drawn: usize,
 }
 
 impl std::fmt::Debug for Progress {
@@ -82,7 +83,7 @@ impl Progress {
                 last_plain: Instant::now(),
                 last_plain_tenth: 0,
                 last_json: Vec::new(),
-                drawn: false,
+                drawn: 0,
             }))),
         })
     }
@@ -187,40 +188,64 @@ impl State {
         (self.done as f64 / self.started.elapsed().as_secs_f64().max(0.001)) as u64
     }
 
+    /// One bar per layer in flight (layers download in parallel), then the total.
     fn draw(&mut self) {
-        let (_, size, done) = &self.layers[self.current];
         let rate = self.rate();
         let eta = |left: u64| match rate {
             0 => "?".to_string(),
             r => format!("{}s", left / r),
         };
-        let layer = format!(
-            "layer {}/{} {} {}/{}",
-            self.current + 1,
-            self.layers.len(),
-            bar(*done, *size),
-            human(*done),
-            human(*size)
-        );
-        let total = format!(
+        let count = self.layers.len();
+        let mut lines: Vec<String> = self
+            .layers
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, size, done))| (*done > 0 && done < size) || *i == self.current)
+            .map(|(i, (_, size, done))| {
+                format!(
+                    "layer {}/{count} {} {}/{}",
+                    i + 1,
+                    bar(*done, *size),
+                    human(*done),
+                    human(*size)
+                )
+            })
+            .collect();
+        lines.push(format!(
             "total     {} {}/{}  {}/s  ETA {}",
             bar(self.done, self.total),
             human(self.done),
             human(self.total),
             human(rate),
             eta(self.total.saturating_sub(self.done))
-        );
+        ));
         let mut err = std::io::stderr().lock();
-        // Move up over the previous two lines and redraw them.
-        let up = if self.drawn { "\x1b[2F" } else { "" };
-        let _ = write!(err, "{up}\x1b[2K{layer}\n\x1b[2K{total}\n");
-        self.drawn = true;
+        // Move up over the previous bars, redraw, and blank lines left over from a taller draw.
+        if self.drawn > 0 {
+            let _ = write!(err, "\x1b[{}F", self.drawn);
+        }
+        for line in &lines {
+            let _ = writeln!(err, "\x1b[2K{line}");
+        }
+        for _ in lines.len()..self.drawn {
+            let _ = writeln!(err, "\x1b[2K");
+        }
+        let extra = self.drawn.saturating_sub(lines.len());
+        if extra > 0 {
+            let _ = write!(err, "\x1b[{extra}F");
+        }
+        self.drawn = lines.len();
     }
 
     fn clear_bars(&mut self) {
-        if self.drawn {
-            let _ = write!(std::io::stderr(), "\x1b[2F\x1b[2K\n\x1b[2K\x1b[1F");
-            self.drawn = false;
+        if self.drawn > 0 {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\x1b[{}F", self.drawn);
+            for _ in 0..self.drawn {
+                let _ = writeln!(err, "\x1b[2K");
+            }
+            let _ = write!(err, "\x1b[{}F", self.drawn);
+            self.drawn = 0;
         }
     }
 }

@@ -264,6 +264,15 @@ fn first_boot_pivot() {
             boot1_pivot.contains("staged deployment"),
             "boot 1's pivot log:\n{boot1_pivot}"
         );
+        // The structured fields are real journal fields: journalctl can match on them.
+        let by_field = m.sh(&format!(
+            "journalctl -b -1 -o cat --no-pager PIVOT_COMMIT={} PIVOT_DIGEST={}",
+            images.commits.v2, v2.digest
+        ))?;
+        ensure!(
+            by_field.contains("staged deployment"),
+            "no journal entry of boot 1 matches PIVOT_COMMIT/PIVOT_DIGEST:\n{by_field}"
+        );
         m.poweroff()?;
         ensure!(
             m.boots.len() == 2,
@@ -347,7 +356,14 @@ fn admin_pivot() {
         m.reboot(m.scaled(150))?;
         m.base_checks()?;
         assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
-        assert_v2_with_v1_rollback(&facts::guest_status(&mut m)?, images, &v2)?;
+        let status = facts::guest_status(&mut m)?;
+        assert_v2_with_v1_rollback(&status, images, &v2)?;
+        // pivot-confirm.service checked at boot that the staged v2 is what runs.
+        let last = &facts::pivot_state(&status, STATEROOT)["last"];
+        ensure!(
+            last["outcome"] == "confirmed" && last["commit"] == images.commits.v2.as_str(),
+            "pivot-confirm.service did not confirm v2 at boot: {last}"
+        );
         let again = m.run(
             &format!("pivot --unchanged-exit-77 {}", v2.guest_by_tag()),
             m.scaled(120),
@@ -571,6 +587,69 @@ fn bad_image() {
         );
         assert_bootloader(&disk, &[&images.commits.v1])?;
         assert_journal_boots(&disk, s, &m, &["pivot.service"])?;
+        Ok(())
+    });
+}
+
+/// Power cuts in the middle of a pivot: the node boots a complete deployment every time. A cut
+/// during the import boots v1 with a consistent repo; a cut after staging (before
+/// ostree-finalize-staged could write the deployment at shutdown) boots v1 too, and
+/// pivot-confirm.service reports that the pivot did not take effect; a pivot after that
+/// completes.
+#[test]
+fn hard_reset_mid_pivot() {
+    scenario::run("hard-reset-mid-pivot", |s| {
+        let images = images::get()?;
+        let registry = Registry::start()?;
+        let v2 = push_v2(&registry, images)?;
+        let qcow2 = disk(s, images, EtcEdits::default())?;
+        let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+        m.wait_boot(m.scaled(100))?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+
+        // Cut 1: while layer bytes are flowing into the repo.
+        let importing = format!(
+            "(pivot --progress-fd 3 {} 3>/run/pivot-progress >/dev/null 2>&1 &); \
+             until grep -q '\"event\":\"bytes\"' /run/pivot-progress 2>/dev/null; do sleep 0.1; done",
+            v2.guest_by_tag()
+        );
+        m.hard_reset_after(&importing, m.scaled(150))
+            .context("power cut during the import")?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        m.sh("ostree fsck --repo=/sysroot/ostree/repo")
+            .context("the repo after a power cut during the import")?;
+
+        // Cut 2: right after staging, before shutdown could finalize the deployment.
+        let out = m.run(&format!("pivot {}", v2.guest_by_tag()), m.scaled(300))?;
+        ensure!(out.rc == 0, "pivot exited with {}:\n{}", out.rc, out.text);
+        m.hard_reset_after("sync", m.scaled(150))
+            .context("power cut after staging")?;
+        m.expected_failures = vec!["pivot-confirm.service"];
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        let last = facts::pivot_state(&facts::guest_status(&mut m)?, STATEROOT)["last"].clone();
+        ensure!(
+            last["outcome"] == "failed"
+                && last["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("never written")),
+            "pivot-confirm.service should report the lost staged deployment: {last}"
+        );
+
+        // The next pivot completes: the objects are already in the repo.
+        let out = m.run(&format!("pivot {}", v2.guest_by_tag()), m.scaled(300))?;
+        ensure!(out.rc == 0, "pivot exited with {}:\n{}", out.rc, out.text);
+        m.reboot(m.scaled(150))?;
+        m.expected_failures = vec![];
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+        m.poweroff()?;
+
+        let disk = SavedDisk::open(&qcow2, &s.dir)?;
+        assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
+        assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
         Ok(())
     });
 }

@@ -72,11 +72,18 @@ impl Env {
         self.run(cmd)
     }
 
-    pub fn status_json(&self) -> serde_json::Value {
+    /// Runs `pivot <subcommand> --sysroot <this sysroot> <args>`.
+    pub fn subcommand(&self, subcommand: &str, args: &[&str]) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
-        cmd.args(["status", "--json", "--sysroot"])
-            .arg(&self.sysroot.path);
-        let out = self.run(cmd);
+        cmd.arg(subcommand)
+            .arg("--sysroot")
+            .arg(&self.sysroot.path)
+            .args(args);
+        self.run(cmd)
+    }
+
+    pub fn status_json(&self) -> serde_json::Value {
+        let out = self.subcommand("status", &["--json"]);
         assert_success(&out);
         serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
     }

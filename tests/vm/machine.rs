@@ -186,6 +186,18 @@ impl Machine {
         self.wait_boot(timeout)
     }
 
+    /// Runs `trigger` in the guest (a script that returns when the moment has come), then resets
+    /// the machine at once as a power cut would (sysrq `b`: no sync, no unmount, no shutdown
+    /// units), and waits for the next boot.
+    pub fn hard_reset_after(&mut self, trigger: &str, timeout: Duration) -> Result<Boot> {
+        let boot = self.boot().id.clone();
+        self.since = Instant::now();
+        self.console_mark = self.console_len();
+        self.agent
+            .send(&boot, &format!("{trigger}; echo b > /proc/sysrq-trigger"))?;
+        self.wait_boot(timeout)
+    }
+
     /// `systemctl poweroff`, then waits for QEMU to exit, so the disk is complete.
     pub fn poweroff(&mut self) -> Result<()> {
         let boot = self.boot().id.clone();

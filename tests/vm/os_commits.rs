@@ -39,6 +39,11 @@ fn guest_files() -> Vec<(&'static str, u32, &'static [u8])> {
             include_bytes!("../../systemd/pivot.service"),
         ),
         (
+            "usr/lib/systemd/system/pivot-confirm.service",
+            0o644,
+            include_bytes!("../../systemd/pivot-confirm.service"),
+        ),
+        (
             "usr/lib/systemd/system/kubelet.service",
             0o644,
             include_bytes!("guest/kubelet.service"),
@@ -80,6 +85,7 @@ fn guest_files() -> Vec<(&'static str, u32, &'static [u8])> {
 /// Units enabled the vendor way (links in /usr/lib), so /etc holds no harness state.
 const ENABLED: &[(&str, &str)] = &[
     ("multi-user.target.wants", "pivot.service"),
+    ("multi-user.target.wants", "pivot-confirm.service"),
     ("multi-user.target.wants", "kubelet.service"),
     ("multi-user.target.wants", "pivot-vm-agent.service"),
     ("multi-user.target.wants", "systemd-networkd.service"),
