@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::auth::AuthFiles;
 use crate::confirm::{self, Verdict};
+use crate::kargs::Edit;
 use crate::pivot::{self, Outcome};
 use crate::progress::Progress;
 use crate::registry::Access;
@@ -85,6 +86,17 @@ pub struct PivotArgs {
     /// (--partial-downloads=false saves that disk space: at most the two largest compressed layers).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub partial_downloads: bool,
+    /// Add a kernel argument to the new deployment (repeatable; whole-token match, see
+    /// /etc/pivot/kernel-args in the README).
+    #[arg(long, value_name = "ARG", value_parser = karg)]
+    pub karg_append: Vec<String>,
+    /// Remove a kernel argument from the new deployment (repeatable; whole-token match).
+    #[arg(long, value_name = "ARG", value_parser = karg)]
+    pub karg_delete: Vec<String>,
+}
+
+fn karg(arg: &str) -> Result<String, String> {
+    crate::kargs::check_arg(arg).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +153,12 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         stateroot: args.stateroot,
         keep: args.keep,
         partial_downloads: args.partial_downloads,
+        karg_edits: args
+            .karg_append
+            .into_iter()
+            .map(Edit::Add)
+            .chain(args.karg_delete.into_iter().map(Edit::Delete))
+            .collect(),
         progress,
         access: Access {
             auth: AuthFiles::new(args.authfile.as_deref()),

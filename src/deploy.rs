@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use ostree::{gio, glib};
 
 use crate::deployments::ORIGIN_SCHEME;
+use crate::kargs::{self, Edit};
 
 /// Holds the sysroot lock for as long as it lives.
 pub struct SysrootLock<'s>(&'s ostree::Sysroot);
@@ -67,17 +68,37 @@ pub struct Deployed {
 }
 
 /// Deploys `commit` on `stateroot`, merging from the booted deployment (or, on a sysroot that is
-/// not booted, the stateroot's default one). The caller holds the lock.
+/// not booted, the stateroot's default one), with the merge deployment's kernel arguments
+/// edited by `kargs`. The caller holds the lock.
 pub fn deploy(
     sysroot: &ostree::Sysroot,
     stateroot: &str,
     commit: &str,
     origin: &glib::KeyFile,
+    kargs: &[Edit],
 ) -> Result<Deployed> {
     let cancellable = gio::Cancellable::NONE;
     let merge = sysroot.merge_deployment(Some(stateroot));
-    // `None` kernel arguments: libostree carries over the merge deployment's.
-    let opts = ostree::SysrootDeployTreeOpts::default();
+    // Without edits libostree carries the merge deployment's arguments over by itself.
+    let argv: Option<Vec<String>> = (!kargs.is_empty()).then(|| {
+        let current = merge
+            .as_ref()
+            .and_then(|m| m.bootconfig())
+            .and_then(|b| b.get("options"))
+            .map(|o| o.to_string())
+            .unwrap_or_default();
+        kargs::apply(&current, kargs)
+    });
+    if let Some(argv) = &argv {
+        tracing::info!("kernel arguments of the new deployment: {}", argv.join(" "));
+    }
+    let argv_refs: Option<Vec<&str>> = argv
+        .as_ref()
+        .map(|a| a.iter().map(String::as_str).collect());
+    let opts = ostree::SysrootDeployTreeOpts {
+        override_kernel_argv: argv_refs.as_deref(),
+        ..Default::default()
+    };
     let booted = sysroot.booted_deployment().is_some();
     let new = if booted {
         sysroot

@@ -12,6 +12,7 @@ pub mod deploy;
 pub mod deployments;
 pub mod image;
 pub mod import;
+pub mod kargs;
 pub mod logging;
 pub mod pivot;
 pub mod progress;

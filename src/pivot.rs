@@ -22,6 +22,7 @@ use crate::deploy::{self, Deployed, OriginInfo, SysrootLock};
 use crate::deployments::{self, DeploymentInfo};
 use crate::image::OsImage;
 use crate::import::{self, RepoImporter};
+use crate::kargs::{self, Edit};
 use crate::progress::Progress;
 use crate::reference::ImageRef;
 use crate::registry::{self, Access, Registry};
@@ -38,6 +39,8 @@ pub struct Options {
     pub keep: bool,
     /// Spool layer downloads to disk so that a killed run resumes them.
     pub partial_downloads: bool,
+    /// Kernel argument edits from the command line, applied after the kernel-args file's.
+    pub karg_edits: Vec<Edit>,
     pub access: Access,
     pub progress: Progress,
 }
@@ -167,8 +170,11 @@ pub async fn run(opts: &Options) -> Result<Report> {
         state.target = Some(pullspec.clone());
         state.attempts = 0;
     }
+    let mut kargs = kargs::read_file(&local.etc)?;
+    kargs.extend(opts.karg_edits.iter().cloned());
     let mut run = Run {
         opts,
+        kargs,
         local: &local,
         image,
         source,
@@ -217,6 +223,8 @@ fn read_pullspec_file(etc: &Path) -> Result<String> {
 
 struct Run<'a> {
     opts: &'a Options,
+    /// The kernel-args file's edits, then the command line's.
+    kargs: Vec<Edit>,
     local: &'a Local,
     image: ImageRef,
     source: Source,
@@ -283,6 +291,7 @@ impl Run<'_> {
             registry,
             runtime: Handle::current(),
             progress: self.opts.progress.clone(),
+            kargs: self.kargs.clone(),
         };
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {
@@ -316,6 +325,9 @@ impl Run<'_> {
 
     /// The target is already deployed as `hit`.
     fn settle(&mut self, hit: DeploymentInfo) -> Result<Outcome> {
+        if !self.opts.karg_edits.is_empty() {
+            tracing::warn!("kernel argument edits apply to a new deployment, and none is made: the target is already deployed");
+        }
         self.attempt.commit = Some(hit.checksum.clone());
         if self.local.is_current(&hit) {
             tracing::info!(commit = %hit.checksum, "already at target {}: nothing to do", self.image);
@@ -394,6 +406,7 @@ struct Job {
     registry: Registry,
     runtime: Handle,
     progress: Progress,
+    kargs: Vec<Edit>,
 }
 
 impl Job {
@@ -441,7 +454,7 @@ impl Job {
                 pullspec: &self.pullspec,
             },
         );
-        let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin)
+        let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
             .with_context(|| format!("deploying commit {commit}"))?;
         Ok(Some((commit, deployed)))
     }
