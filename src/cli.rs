@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::auth::AuthFiles;
 use crate::confirm::{self, Verdict};
+use crate::events;
 use crate::kargs::Edit;
 use crate::pivot::{self, Outcome};
 use crate::progress::Progress;
@@ -103,9 +104,12 @@ fn karg(arg: &str) -> Result<String, String> {
 pub struct StatusArgs {
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysroot: PathBuf,
-    /// Print JSON (shape documented in the README).
+    /// Print JSON (shape documented in the README; it has a version field).
     #[arg(long)]
     pub json: bool,
+    /// Show only the booted deployment.
+    #[arg(long)]
+    pub booted: bool,
 }
 
 /// Exit codes, as documented in the README.
@@ -119,7 +123,11 @@ pub enum Exit {
 pub async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
     match cli.command {
         Some(Command::Status(args)) => {
-            let status = tokio::task::spawn_blocking(move || status::read(&args.sysroot)).await??;
+            let sysroot = args.sysroot.clone();
+            let mut status = tokio::task::spawn_blocking(move || status::read(&sysroot)).await??;
+            if args.booted {
+                status.retain_booted();
+            }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
@@ -131,12 +139,17 @@ pub async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             let verdict =
                 tokio::task::spawn_blocking(move || confirm::confirm(&args.sysroot)).await??;
             Ok(match verdict {
-                Verdict::Confirmed { commit } => {
-                    tracing::info!(commit = %commit, "confirmed: the node runs {commit}, which pivot deployed");
+                Verdict::Confirmed { target } => {
+                    let message = format!(
+                        "confirmed: the node runs {}, which pivot deployed",
+                        target.commit
+                    );
+                    events::info(events::CONFIRMED, &target, &message);
                     Exit::Success
                 }
-                Verdict::NotRunning { reason } => {
-                    tracing::error!("the last pivot did not take effect: {reason}");
+                Verdict::NotRunning { target, reason } => {
+                    let message = format!("the last pivot did not take effect: {reason}");
+                    events::error(events::NOT_CONFIRMED, &target, &message);
                     Exit::Failure
                 }
                 Verdict::Nothing => Exit::Success,
@@ -174,7 +187,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
     };
     if args.reboot && reboot_owed {
         if report.booted {
-            reboot::reboot()?;
+            reboot::reboot(&report.target)?;
         } else {
             tracing::warn!(
                 "not rebooting: {} is not the booted system",

@@ -10,14 +10,15 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::deployments::{self, DeploymentInfo};
+use crate::events::Target;
 use crate::state::StateFile;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// The node runs the commit the last pivot deployed.
-    Confirmed { commit: String },
+    Confirmed { target: Target },
     /// It does not; `reason` says what happened instead.
-    NotRunning { reason: String },
+    NotRunning { target: Target, reason: String },
     /// No pivot awaits confirmation.
     Nothing,
 }
@@ -46,15 +47,24 @@ pub fn confirm(sysroot_path: &Path) -> Result<Verdict> {
     else {
         return Ok(Verdict::Nothing);
     };
+    let deployed = list.iter().find(|d| d.checksum == commit);
+    let target = Target {
+        image: deployed
+            .and_then(|d| d.image.clone())
+            .unwrap_or_else(|| last.pullspec.clone()),
+        digest: last.digest.clone().unwrap_or_default(),
+        version: deployed.and_then(|d| d.version.clone()).unwrap_or_default(),
+        commit: commit.clone(),
+    };
     let verdict = if running.checksum == commit {
         last.outcome = "confirmed".into();
         last.error = None;
-        Verdict::Confirmed { commit }
+        Verdict::Confirmed { target }
     } else {
         let reason = not_running_reason(&list, running, &commit);
         last.outcome = "failed".into();
         last.error = Some(reason.clone());
-        Verdict::NotRunning { reason }
+        Verdict::NotRunning { target, reason }
     };
     state_file
         .save(&state)

@@ -10,6 +10,7 @@ pub mod config;
 pub mod confirm;
 pub mod deploy;
 pub mod deployments;
+pub mod events;
 pub mod image;
 pub mod import;
 pub mod kargs;

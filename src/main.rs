@@ -36,7 +36,10 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::run(cli, progress)) {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => {
-            tracing::error!("{e:#}");
+            // A failed pivot was already logged as a journal event, with its fields.
+            if e.downcast_ref::<pivot::events::Reported>().is_none() {
+                tracing::error!("{e:#}");
+            }
             ExitCode::from(Exit::Failure as u8)
         }
     }

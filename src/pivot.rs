@@ -20,6 +20,7 @@ use crate::blob_reader::BlobReader;
 use crate::config::registries::RegistriesConf;
 use crate::deploy::{self, Deployed, OriginInfo, SysrootLock};
 use crate::deployments::{self, DeploymentInfo};
+use crate::events::{self, Reported, Target};
 use crate::image::OsImage;
 use crate::import::{self, RepoImporter};
 use crate::kargs::{self, Edit};
@@ -144,6 +145,8 @@ pub struct Report {
     pub outcome: Outcome,
     /// The sysroot is the running system (so rebooting means something).
     pub booted: bool,
+    /// The target, for the journal.
+    pub target: Target,
 }
 
 /// Runs one pivot and records its outcome in the state file.
@@ -174,6 +177,10 @@ pub async fn run(opts: &Options) -> Result<Report> {
     kargs.extend(opts.karg_edits.iter().cloned());
     let mut run = Run {
         opts,
+        target: Target {
+            image: image.name(),
+            ..Default::default()
+        },
         kargs,
         local: &local,
         image,
@@ -189,22 +196,26 @@ pub async fn run(opts: &Options) -> Result<Report> {
         ),
     };
     let result = run.pivot().await;
-    match &result {
-        Ok(_) => {}
-        Err(e) => {
-            run.attempt.outcome = "failed".into();
-            run.attempt.error = Some(format!("{e:#}"));
-        }
+    if let Err(e) = &result {
+        run.attempt.outcome = "failed".into();
+        run.attempt.error = Some(format!("{e:#}"));
     }
     opts.progress.finish(&run.attempt.outcome);
     run.state.last = Some(run.attempt);
     if let Err(e) = state_file.save(&run.state) {
         tracing::warn!("could not record the outcome: {e:#}");
     }
-    Ok(Report {
-        outcome: result?,
-        booted: local.booted,
-    })
+    match result {
+        Ok(outcome) => Ok(Report {
+            outcome,
+            booted: local.booted,
+            target: run.target,
+        }),
+        Err(e) => {
+            events::error(events::FAILED, &run.target, &format!("{e:#}"));
+            Err(Reported(e).into())
+        }
+    }
 }
 
 fn read_pullspec_file(etc: &Path) -> Result<String> {
@@ -223,6 +234,8 @@ fn read_pullspec_file(etc: &Path) -> Result<String> {
 
 struct Run<'a> {
     opts: &'a Options,
+    /// What the journal events say about the target, filled in as it becomes known.
+    target: Target,
     /// The kernel-args file's edits, then the command line's.
     kargs: Vec<Edit>,
     local: &'a Local,
@@ -260,6 +273,7 @@ impl Run<'_> {
             .with_context(|| format!("pulling {what}"))?;
         let image = self.image.with_digest(&resolved.digest);
         self.attempt.digest = Some(resolved.digest.clone());
+        self.target.digest = resolved.digest.clone();
         if let Some(hit) = self.local.at_target(Some(&resolved.digest), None) {
             return self.settle(hit.clone());
         }
@@ -271,13 +285,16 @@ impl Run<'_> {
         if let Some(hit) = self.local.at_target(None, os.commit_label.as_deref()) {
             return self.settle(hit.clone());
         }
-        tracing::info!(
-            image = %image.name(),
-            digest = %os.digest,
-            version = os.version.as_deref().unwrap_or(""),
-            "pivoting to {} (version {})",
-            image.pinned_or_tagged(),
-            os.version.as_deref().unwrap_or("unknown")
+        self.target.version = os.version.clone().unwrap_or_default();
+        self.target.commit = os.commit_label.clone().unwrap_or_default();
+        events::info(
+            events::STARTED,
+            &self.target,
+            &format!(
+                "pivoting to {} (version {})",
+                image.pinned_or_tagged(),
+                os.version.as_deref().unwrap_or("unknown")
+            ),
         );
 
         let job = Job {
@@ -301,19 +318,22 @@ impl Run<'_> {
             });
         };
         self.attempt.commit = Some(commit.clone());
+        self.target.commit = commit.clone();
         self.attempt.outcome = if deployed.staged {
             "staged"
         } else {
             "deployed"
         }
         .into();
-        tracing::info!(
-            commit = %commit,
-            digest = self.attempt.digest.as_deref().unwrap_or(""),
-            "{} deployment {commit}.{} of {}",
-            if deployed.staged { "staged" } else { "wrote" },
-            deployed.serial,
-            self.image
+        events::info(
+            events::DEPLOYED,
+            &self.target,
+            &format!(
+                "{} deployment {commit}.{} of {}",
+                if deployed.staged { "staged" } else { "wrote" },
+                deployed.serial,
+                self.image
+            ),
         );
         if deployed.staged {
             crate::reboot::mark_needed()?;
@@ -329,8 +349,19 @@ impl Run<'_> {
             tracing::warn!("kernel argument edits apply to a new deployment, and none is made: the target is already deployed");
         }
         self.attempt.commit = Some(hit.checksum.clone());
+        self.target.commit = hit.checksum.clone();
+        if let Some(version) = &hit.version {
+            self.target.version = version.clone();
+        }
+        if self.target.digest.is_empty() {
+            self.target.digest = hit.image_digest().unwrap_or_default().to_string();
+        }
         if self.local.is_current(&hit) {
-            tracing::info!(commit = %hit.checksum, "already at target {}: nothing to do", self.image);
+            events::info(
+                events::UNCHANGED,
+                &self.target,
+                &format!("already at target {}: nothing to do", self.image),
+            );
             self.attempt.outcome = "unchanged".into();
             if self.source == Source::File {
                 self.confirm()?;
@@ -339,11 +370,14 @@ impl Run<'_> {
                 reboot_pending: false,
             });
         }
-        tracing::info!(
-            commit = %hit.checksum,
-            "target {} is already deployed ({}); it takes effect at the next boot",
-            self.image,
-            if hit.staged { "staged" } else { "default" }
+        events::info(
+            events::UNCHANGED,
+            &self.target,
+            &format!(
+                "target {} is already deployed ({}); it takes effect at the next boot",
+                self.image,
+                if hit.staged { "staged" } else { "default" }
+            ),
         );
         self.attempt.outcome = "unchanged".into();
         Ok(Outcome::Unchanged {
@@ -431,7 +465,7 @@ impl Job {
         let repo = sysroot.repo();
         let commit = match self.os.commit_label.as_deref() {
             Some(c) if import::verify_complete(&repo, c).is_ok() => {
-                tracing::info!(commit = %c, "commit {c} is already in the repo: nothing to download");
+                tracing::info!("commit {c} is already in the repo: nothing to download");
                 c.to_string()
             }
             _ => self
@@ -501,7 +535,7 @@ impl Job {
         let commit = importer.finish(self.os.commit_label.as_deref())?;
         tx.commit(gio::Cancellable::NONE)
             .context("committing the imported objects")?;
-        tracing::info!(commit = %commit, "imported {commit}: {written} objects written, {skipped} already present");
+        tracing::info!("imported {commit}: {written} objects written, {skipped} already present");
         Ok(commit)
     }
 

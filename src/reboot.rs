@@ -5,6 +5,8 @@ use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
 
+use crate::events::{self, Target};
+
 pub const REBOOT_NEEDED: &str = "/run/pivot/reboot-needed";
 
 pub fn mark_needed() -> Result<()> {
@@ -19,8 +21,12 @@ pub fn is_needed() -> bool {
 }
 
 /// Asks systemd for an orderly reboot, which also runs ostree-finalize-staged.
-pub fn reboot() -> Result<()> {
-    tracing::info!("rebooting into the new deployment");
+pub fn reboot(target: &Target) -> Result<()> {
+    events::info(
+        events::REBOOTING,
+        target,
+        "rebooting into the new deployment",
+    );
     let status = std::process::Command::new("systemctl")
         .arg("reboot")
         .status()

@@ -1,8 +1,9 @@
 //! `pivot status`: the deployments and pivot's last attempt, for people or as JSON.
 //!
-//! JSON shape (stable; fields may be added):
+//! JSON shape (stable; fields may be added; `version` changes only when one changes meaning):
 //! ```json
-//! { "sysroot": "/",
+//! { "version": 1,
+//!   "sysroot": "/",
 //!   "deployments": [ { "stateroot": "fedora-coreos", "checksum": "<64 hex>", "serial": 0,
 //!                      "version": "2" | null, "image": "host/path@sha256:…" | null,
 //!                      "booted": bool, "staged": bool, "default": bool, "rollback": bool } ],
@@ -22,11 +23,23 @@ use serde::Serialize;
 use crate::deployments::{self, DeploymentInfo};
 use crate::state::{State, StateFile, MAX_ATTEMPTS};
 
+/// The `version` of the JSON shape: raised when a field changes meaning or goes away (adding
+/// fields does not raise it).
+pub const JSON_VERSION: u32 = 1;
+
 #[derive(Debug, Serialize)]
 pub struct Status {
+    pub version: u32,
     pub sysroot: String,
     pub deployments: Vec<DeploymentInfo>,
     pub pivot: BTreeMap<String, State>,
+}
+
+impl Status {
+    /// Keeps only the booted deployment (`--booted`).
+    pub fn retain_booted(&mut self) {
+        self.deployments.retain(|d| d.booted);
+    }
 }
 
 pub fn read(sysroot_path: &Path) -> Result<Status> {
@@ -42,18 +55,27 @@ pub fn read(sysroot_path: &Path) -> Result<Status> {
         }
     }
     Ok(Status {
+        version: JSON_VERSION,
         sysroot: sysroot_path.display().to_string(),
         deployments,
         pivot,
     })
 }
 
+/// The human view, laid out like `rpm-ostree status`: deployments in boot order (● marks the
+/// booted one), then each stateroot's last pivot.
 pub fn render(status: &Status) -> String {
     let mut out = String::new();
-    if status.deployments.is_empty() {
+    let shown = &status.deployments;
+    if shown.is_empty() {
         out.push_str("No deployments.\n");
+    } else {
+        out.push_str("Deployments:\n");
     }
-    for d in &status.deployments {
+    for (i, d) in shown.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
         let mark = if d.booted { '●' } else { ' ' };
         let flags: Vec<&str> = [
             (d.booted, "booted"),
@@ -65,48 +87,67 @@ pub fn render(status: &Status) -> String {
         .filter(|(on, _)| *on)
         .map(|(_, name)| *name)
         .collect();
-        let flags = if flags.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", flags.join(", "))
+        let title = match &d.image {
+            Some(image) => format!("{}{image}", crate::deployments::ORIGIN_SCHEME),
+            None => format!("{}:{}", d.stateroot, d.checksum),
         };
-        let _ = writeln!(
-            out,
-            "{mark} {} {}.{}{flags}",
-            d.stateroot, d.checksum, d.serial
+        let flags = match flags.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", flags.join(", ")),
+        };
+        let _ = writeln!(out, "{mark} {title}{flags}");
+        field(
+            &mut out,
+            "Version",
+            d.version.as_deref().unwrap_or("(none)"),
         );
-        let _ = writeln!(
-            out,
-            "    Version: {}",
-            d.version.as_deref().unwrap_or("(none)")
+        field(&mut out, "Commit", &d.checksum);
+        field(
+            &mut out,
+            "Stateroot",
+            &format!("{} (serial {})", d.stateroot, d.serial),
         );
-        if let Some(image) = &d.image {
-            let _ = writeln!(out, "    Image:   {image}");
-        }
     }
     for (stateroot, state) in &status.pivot {
         let Some(last) = &state.last else { continue };
-        let _ = writeln!(
-            out,
-            "Last pivot ({stateroot}): {} {} from {} at {}",
-            last.outcome,
-            last.pullspec,
-            last.source,
-            format_utc(last.started)
+        let _ = writeln!(out, "\nLast pivot ({stateroot}): {}", last.outcome);
+        let source = match last.source.as_str() {
+            "file" => "from /etc/pivot/image-pullspec",
+            _ => "given on the command line",
+        };
+        field(
+            &mut out,
+            "Pullspec",
+            &format!("{} ({source})", last.pullspec),
         );
+        field(&mut out, "Started", &format_utc(last.started));
+        if let Some(digest) = &last.digest {
+            field(&mut out, "Digest", digest);
+        }
+        if let Some(commit) = &last.commit {
+            field(&mut out, "Commit", commit);
+        }
         if state.attempts > 0 {
-            let _ = writeln!(
-                out,
-                "    Attempts: {}/{MAX_ATTEMPTS} at {}",
-                state.attempts,
-                state.target.as_deref().unwrap_or("?")
+            field(
+                &mut out,
+                "Attempts",
+                &format!(
+                    "{}/{MAX_ATTEMPTS} at {}",
+                    state.attempts,
+                    state.target.as_deref().unwrap_or("?")
+                ),
             );
         }
         if let Some(error) = &last.error {
-            let _ = writeln!(out, "    Error:   {error}");
+            field(&mut out, "Error", error);
         }
     }
     out
+}
+
+/// A `Name: value` line, names right-aligned as rpm-ostree does.
+fn field(out: &mut String, name: &str, value: &str) {
+    let _ = writeln!(out, "{name:>15}: {value}");
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` from Unix seconds (civil-from-days, proleptic Gregorian).
@@ -139,5 +180,94 @@ mod tests {
         assert_eq!(format_utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
         assert_eq!(format_utc(1_796_050_800), "2026-11-30 15:00:00 UTC");
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    //! The human and JSON views against files under tests/golden/ (`PIVOT_BLESS=1` rewrites them
+    //! after a deliberate change; review the diff).
+
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::state::Attempt;
+
+    fn deployment(serial: i32, version: &str, image: Option<&str>) -> DeploymentInfo {
+        DeploymentInfo {
+            stateroot: "fedora-coreos".into(),
+            checksum: version.repeat(64 / version.len()),
+            serial,
+            version: Some(version.into()),
+            image: image.map(str::to_string),
+            pullspec: None,
+            booted: false,
+            staged: false,
+            default: false,
+            rollback: false,
+            path: PathBuf::new(),
+        }
+    }
+
+    /// A node that booted v2, has v3 staged after two attempts at it, and v1 as rollback.
+    fn sample() -> Status {
+        let mut v3 = deployment(0, "3", None);
+        v3.image = Some(format!("quay.io/os/node@sha256:{}", "c".repeat(64)));
+        v3.staged = true;
+        let mut v2 = deployment(0, "2", None);
+        v2.image = Some(format!("quay.io/os/node@sha256:{}", "b".repeat(64)));
+        v2.booted = true;
+        v2.default = true;
+        let mut v1 = deployment(1, "1", None);
+        v1.rollback = true;
+        let mut last = Attempt::new("quay.io/os/node:4.15", "file");
+        last.started = 1_796_050_800;
+        last.outcome = "failed".into();
+        last.digest = Some(format!("sha256:{}", "d".repeat(64)));
+        last.error = Some(
+            "pulling quay.io/os/node:4.15: fetching layer 1/2 sha256:dd…: digest mismatch".into(),
+        );
+        let state = State {
+            target: Some("quay.io/os/node:4.15".into()),
+            attempts: 2,
+            last: Some(last),
+        };
+        Status {
+            version: JSON_VERSION,
+            sysroot: "/".into(),
+            deployments: vec![v3, v2, v1],
+            pivot: BTreeMap::from([("fedora-coreos".to_string(), state)]),
+        }
+    }
+
+    fn check(name: &str, actual: &str) {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name);
+        if std::env::var_os("PIVOT_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, actual).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (PIVOT_BLESS=1 writes it)", path.display()));
+        assert_eq!(actual, expected, "{} differs", path.display());
+    }
+
+    #[test]
+    fn human_status_matches_golden_file() {
+        check("status.txt", &render(&sample()));
+    }
+
+    #[test]
+    fn booted_only_status_matches_golden_file() {
+        let mut status = sample();
+        status.retain_booted();
+        check("status-booted.txt", &render(&status));
+    }
+
+    #[test]
+    fn json_status_matches_golden_file() {
+        let json = serde_json::to_string_pretty(&sample()).unwrap() + "\n";
+        check("status.json", &json);
     }
 }

@@ -264,14 +264,27 @@ fn first_boot_pivot() {
             boot1_pivot.contains("staged deployment"),
             "boot 1's pivot log:\n{boot1_pivot}"
         );
-        // The structured fields are real journal fields: journalctl can match on them.
+        // The events are real journal fields: journalctl can match on them.
         let by_field = m.sh(&format!(
-            "journalctl -b -1 -o cat --no-pager PIVOT_COMMIT={} PIVOT_DIGEST={}",
-            images.commits.v2, v2.digest
+            "journalctl -b -1 -o cat --no-pager MESSAGE_ID={} PIVOT_COMMIT={} PIVOT_DIGEST={} PIVOT_IMAGE={}/{}",
+            pivot::events::DEPLOYED,
+            images.commits.v2,
+            v2.digest,
+            vm::qemu::GUEST_REGISTRY,
+            v2.repository
         ))?;
         ensure!(
             by_field.contains("staged deployment"),
-            "no journal entry of boot 1 matches PIVOT_COMMIT/PIVOT_DIGEST:\n{by_field}"
+            "no journal entry of boot 1 matches the deployed event's fields:\n{by_field}"
+        );
+        let confirmed = m.sh(&format!(
+            "journalctl -b -o cat --no-pager MESSAGE_ID={} PIVOT_COMMIT={}",
+            pivot::events::CONFIRMED,
+            images.commits.v2
+        ))?;
+        ensure!(
+            confirmed.contains("confirmed"),
+            "pivot-confirm.service logged no confirmed event in boot 2:\n{confirmed}"
         );
         m.poweroff()?;
         ensure!(

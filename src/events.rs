@@ -1,0 +1,62 @@
+//! Journal events with stable `MESSAGE_ID`s, so that `journalctl MESSAGE_ID=<id>` finds every
+//! pivot start, no-op, new deployment, reboot, failure and next-boot verdict across a fleet. Each
+//! carries `PIVOT_IMAGE`, `PIVOT_DIGEST`, `PIVOT_COMMIT` and `PIVOT_VERSION` where known (empty
+//! otherwise). The ids never change; new events get new ids.
+
+/// A pivot starts pulling a target (after resolving its digest).
+pub const STARTED: &str = "6573114ca766429c8cbddb01be8c0cb0";
+/// The target is already deployed: nothing to do.
+pub const UNCHANGED: &str = "e34e5c10ae5441f9b5a905ebbb5b6d5d";
+/// A new deployment was staged (booted system) or written (another sysroot).
+pub const DEPLOYED: &str = "2e1f53cadc964a9fbbdd26f5f785c6c4";
+/// pivot asks systemd to reboot into the new deployment.
+pub const REBOOTING: &str = "caf191e0b5814a07adf939787d718ab4";
+/// A pivot failed; the message holds the whole error chain.
+pub const FAILED: &str = "8fe7f719e77e44e7b601232f466d4ced";
+/// At boot, `pivot confirm` found the node running (or not running) what pivot deployed.
+pub const CONFIRMED: &str = "4b15d57b6bed4ef3bd2d3b7f8f176683";
+pub const NOT_CONFIRMED: &str = "baf39e18075840dcb272a415d00a499d";
+
+/// What an event says about the image; empty strings where not known (yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Target {
+    /// `host/path` of the image.
+    pub image: String,
+    pub digest: String,
+    pub commit: String,
+    pub version: String,
+}
+
+pub fn info(id: &str, target: &Target, message: &str) {
+    tracing::info!(
+        message_id = id,
+        pivot_image = target.image.as_str(),
+        pivot_digest = target.digest.as_str(),
+        pivot_commit = target.commit.as_str(),
+        pivot_version = target.version.as_str(),
+        "{message}"
+    );
+}
+
+pub fn error(id: &str, target: &Target, message: &str) {
+    tracing::error!(
+        message_id = id,
+        pivot_image = target.image.as_str(),
+        pivot_digest = target.digest.as_str(),
+        pivot_commit = target.commit.as_str(),
+        pivot_version = target.version.as_str(),
+        "{message}"
+    );
+}
+
+/// An error already written to the log as a [`FAILED`] event, so `main` does not repeat it.
+#[derive(Debug)]
+pub struct Reported(pub anyhow::Error);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for Reported {}
