@@ -70,8 +70,8 @@ pub struct PivotArgs {
     /// /var/lib/kubelet/config.json.
     #[arg(long, value_name = "PATH")]
     pub authfile: Option<PathBuf>,
-    /// Directory of *.crt CAs (and *.cert/*.key) to use instead of
-    /// /etc/containers/certs.d/<host[:port]>/.
+    /// Directory of *.crt CAs to trust and a *.cert/*.key client certificate to present, to use
+    /// instead of /etc/containers/certs.d/<host[:port]>/.
     #[arg(long, value_name = "DIR")]
     pub cert_dir: Option<PathBuf>,
     /// Verify registries' TLS certificates (--tls-verify=false turns it off, with a warning).

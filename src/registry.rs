@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use oci_client::client::{
-    BlobResponse, Certificate, CertificateEncoding, ClientConfig, ClientProtocol,
+    BlobResponse, Certificate, CertificateEncoding, ClientConfig, ClientIdentity, ClientProtocol,
 };
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::OciDescriptor;
@@ -99,6 +99,10 @@ pub struct Registry {
     auth: RegistryAuth,
     /// The auth file the credentials came from, if any.
     auth_source: Option<PathBuf>,
+    /// The client certificate presented in TLS handshakes, if any.
+    client_cert: Option<PathBuf>,
+    /// Where a client certificate for this registry is looked for.
+    cert_dir: PathBuf,
     image: ImageRef,
     retry: RetryPolicy,
 }
@@ -114,11 +118,26 @@ impl Registry {
             ClientProtocol::Https
         };
         let tls = certs::for_host(host, access.cert_dir.as_deref())?;
-        if !tls.client_pairs.is_empty() {
-            tracing::warn!(
-                "{} holds a client certificate, but the registry client cannot present client certificates; the registry may refuse the connection",
-                tls.dir.unwrap_or_default().display()
+        let cert_dir = tls
+            .dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(certs::CERTS_D[0]).join(host));
+        let client_cert = tls.client_cert()?;
+        if let Some(cert) = &client_cert {
+            tracing::debug!(
+                registry = %host,
+                "presenting client certificate {} with key {}",
+                cert.cert_path.display(),
+                cert.key_path.display()
             );
+            if tls.client_pairs.len() > 1 {
+                tracing::debug!(
+                    registry = %host,
+                    "{} holds {} client certificates; a TLS handshake presents one, the first in name order",
+                    cert_dir.display(),
+                    tls.client_pairs.len()
+                );
+            }
         }
         if !access.tls_verify {
             tracing::warn!(registry = %host, "TLS certificate verification is off (--tls-verify=false)");
@@ -135,6 +154,10 @@ impl Registry {
                     data,
                 })
                 .collect(),
+            client_identity: client_cert.as_ref().map(|cert| ClientIdentity {
+                cert_chain_pem: cert.cert_chain_pem.clone(),
+                key_pkcs8_pem: cert.key_pkcs8_pem.clone(),
+            }),
             connect_timeout: Some(CONNECT_TIMEOUT),
             read_timeout: Some(STALL_TIMEOUT),
             ..Default::default()
@@ -156,6 +179,8 @@ impl Registry {
             client,
             auth,
             auth_source,
+            client_cert: client_cert.map(|cert| cert.cert_path),
+            cert_dir,
             image,
             retry: access.retry,
         })
@@ -221,7 +246,7 @@ impl Registry {
                 .pull_manifest_raw(&reference, &self.auth, &ACCEPTED)
         })
         .await
-        .map_err(|e| self.explain_denied(e))?;
+        .map_err(|e| self.explain_refusal(e))?;
         ensure!(
             bytes.len() <= MAX_JSON_BYTES,
             "manifest is {} bytes, more than the {MAX_JSON_BYTES} an image manifest may have",
@@ -292,9 +317,32 @@ impl Registry {
         }
     }
 
-    /// Says whether a refusal met no credentials or the wrong ones (never what they are).
-    fn explain_denied(&self, e: anyhow::Error) -> anyhow::Error {
-        if !e.to_string().contains("Not authorized") {
+    /// Says why the registry refused: a TLS handshake without the client certificate it
+    /// requires (or with one it does not accept), or no credentials or the wrong ones (never
+    /// what they are).
+    fn explain_refusal(&self, e: anyhow::Error) -> anyhow::Error {
+        let text = e.to_string();
+        if let Some(alert) = retry::refusal_alert(&text) {
+            // A handshake failure may have other causes (no common cipher, protocol version).
+            let certain = alert != "alert handshake failure";
+            let why = match (&self.client_cert, certain) {
+                (None, true) => "it requires a client certificate",
+                (None, false) => "it may require a client certificate",
+                (Some(_), true) => "it did not accept the client certificate",
+                (Some(_), false) => "it may not accept the client certificate",
+            };
+            return e.context(match &self.client_cert {
+                None => format!(
+                    "the registry refused the TLS handshake: {why} (put <name>.cert and <name>.key in {})",
+                    self.cert_dir.display()
+                ),
+                Some(cert) => format!(
+                    "the registry refused the TLS handshake: {why} {} (is it issued by a CA the registry trusts, for client authentication, and unexpired?)",
+                    cert.display()
+                ),
+            });
+        }
+        if !text.contains("Not authorized") {
             return e;
         }
         let name = self.image.name();

@@ -77,7 +77,31 @@ pub fn is_transient(e: &OciDistributionError) -> bool {
 fn is_tls_rejection(e: &OciDistributionError) -> bool {
     let text = describe(e).to_ascii_lowercase();
     // "wrong version number": TLS spoken to a plain-HTTP server, a configuration error.
-    text.contains("certificate") || text.contains("wrong version number")
+    text.contains("certificate")
+        || text.contains("wrong version number")
+        || refusal_alert(&text).is_some()
+}
+
+/// TLS alerts by which a server refuses the handshake, as OpenSSL reports receiving them
+/// ("sslv3 alert bad certificate", "tlsv13 alert certificate required"). All but the last are
+/// about the client's certificate (or its absence); a handshake failure may be too.
+const REFUSAL_ALERTS: [&str; 8] = [
+    "alert certificate required",
+    "alert bad certificate",
+    "alert unknown ca",
+    "alert certificate unknown",
+    "alert certificate expired",
+    "alert certificate revoked",
+    "alert unsupported certificate",
+    "alert handshake failure",
+];
+
+/// The refusal alert `text` reports receiving, if any.
+pub fn refusal_alert(text: &str) -> Option<&'static str> {
+    let text = text.to_ascii_lowercase();
+    REFUSAL_ALERTS
+        .into_iter()
+        .find(|alert| text.contains(alert))
 }
 
 /// The error with all its causes, each said once: reqwest's own message omits the cause that
@@ -167,6 +191,25 @@ mod tests {
         assert!(!is_transient(&OciDistributionError::UnauthorizedError {
             url: String::new()
         }));
+    }
+
+    #[test]
+    fn tls_refusal_alerts_are_recognised_as_openssl_reports_them() {
+        let seen = "connection error: error:0A000412:SSL routines:ssl3_read_bytes:sslv3 alert bad certificate:../ssl/record/rec_layer_s3.c:1601:SSL alert number 42";
+        assert_eq!(refusal_alert(seen), Some("alert bad certificate"));
+        assert_eq!(
+            refusal_alert("ssl3_read_bytes:tlsv13 alert certificate required"),
+            Some("alert certificate required")
+        );
+        assert_eq!(
+            refusal_alert("SSLV3 ALERT HANDSHAKE FAILURE"),
+            Some("alert handshake failure")
+        );
+        // The client's own verdict on the server's certificate is no alert from the server.
+        assert_eq!(
+            refusal_alert("tls_post_process_server_certificate:certificate verify failed"),
+            None
+        );
     }
 
     #[tokio::test]

@@ -7,7 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use pivot_testkit::{write_auth_json, Fault, FaultProxy, ImageSpec, Registry, TestCa, TokenServer};
+use pivot_testkit::{
+    write_auth_json, CertKey, Fault, FaultProxy, ImageSpec, Registry, TestCa, TokenServer,
+};
 
 const SECRET: &str = "Sup3r-s3cret-pa55word";
 
@@ -205,6 +207,21 @@ fn bearer_token_flow_gets_a_token_with_the_credentials() {
     assert_secret_absent(&env, &out, SECRET);
 }
 
+/// Runs pivot with a long retry budget and asserts it fails at once (a TLS refusal is not
+/// retried), with every one of `needles` in its message and the sysroot untouched.
+fn assert_refused_at_once(env: &Env, args: &[&str], needles: &[&str]) {
+    let before = env.sysroot.snapshot().unwrap();
+    let started = Instant::now();
+    let out = env.pivot(&[&["--retry-timeout", "60"], args].concat());
+    assert_fails_with(&out, needles);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a TLS refusal was retried:\n{}",
+        stderr(&out)
+    );
+    assert_eq!(env.sysroot.snapshot().unwrap(), before);
+}
+
 #[test]
 fn tls_registry_is_trusted_with_its_ca_and_refused_without() {
     let ca = TestCa::new("pivot test CA").unwrap();
@@ -213,13 +230,7 @@ fn tls_registry_is_trusted_with_its_ca_and_refused_without() {
     let v2 = env.push_v2();
 
     // Unknown CA: refused at once, naming the certificate problem.
-    let started = Instant::now();
-    let out = env.pivot(&["--retry-timeout", "60", &v2.by_tag]);
-    assert_fails_with(&out, &["fetching manifest", "certificate"]);
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "an untrusted certificate was retried"
-    );
+    assert_refused_at_once(&env, &[&v2.by_tag], &["fetching manifest", "certificate"]);
     let snapshot = env.sysroot.snapshot().unwrap();
 
     // --tls-verify=false gets through, with a warning.
@@ -261,6 +272,119 @@ impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A TLS registry that demands a client certificate issued by `clients`, with v2 pushed.
+struct ClientCertRegistry {
+    env: Env,
+    clients: TestCa,
+    v2: pivot_testkit::PushedImage,
+}
+
+impl ClientCertRegistry {
+    fn start() -> ClientCertRegistry {
+        let ca = TestCa::new("pivot test CA").unwrap();
+        let clients = TestCa::new("pivot client CA").unwrap();
+        let registry = Registry::builder()
+            .tls(&ca)
+            .unwrap()
+            .client_ca(&clients)
+            .start()
+            .unwrap();
+        assert!(registry.requires_client_cert());
+        let env = Env::with_registry(registry);
+        let v2 = env.push_v2();
+        ClientCertRegistry { env, clients, v2 }
+    }
+
+    /// A certs.d-style `--cert-dir` that trusts the registry's CA, holding `client` if given.
+    fn cert_dir(&self, client: Option<&CertKey>) -> String {
+        let root = self.env.dir().join("certs.d");
+        let host_dir = self.env.registry.write_certs_d(&root).unwrap();
+        if let Some(client) = client {
+            client
+                .write_client_certs_d(&root, &self.env.registry.host())
+                .unwrap();
+        }
+        host_dir.display().to_string()
+    }
+
+    /// Pivots to v2 with `--cert-dir dir` and checks v2 is what boots next.
+    fn assert_deploys_v2_with(&self, dir: &str) {
+        let out = self.env.pivot(&["--cert-dir", dir, &self.v2.by_tag]);
+        assert_success(&out);
+        assert_eq!(
+            self.env.status_json()["deployments"][0]["checksum"],
+            self.v2.commit.as_str()
+        );
+    }
+}
+
+#[test]
+fn registry_requiring_a_client_certificate_accepts_the_one_in_certs_d() {
+    let reg = ClientCertRegistry::start();
+    let env = &reg.env;
+    let client = reg.clients.client_cert("pivot-node").unwrap();
+    // The system's /etc/containers/certs.d/<host:port>/ (unique per test: a fresh port): the
+    // registry's CA and the client pair, found without --cert-dir.
+    let certs_d = std::path::Path::new(pivot::config::certs::CERTS_D[0]);
+    let system = env.registry.write_certs_d(certs_d).unwrap();
+    let _cleanup = RemoveOnDrop(system.clone());
+    client
+        .write_client_certs_d(certs_d, &env.registry.host())
+        .unwrap();
+
+    let out = env.pivot_with_env(&[("PIVOT_LOG", "warn,pivot=debug")], &[&reg.v2.by_tag]);
+    assert_success(&out);
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        reg.v2.commit.as_str()
+    );
+    let presented = format!(
+        "presenting client certificate {}",
+        system.join("client.cert").display()
+    );
+    assert!(stderr(&out).contains(&presented), "{}", stderr(&out));
+}
+
+#[test]
+fn registry_requiring_a_client_certificate_refuses_a_pivot_without_one_and_says_why() {
+    let reg = ClientCertRegistry::start();
+    let dir = reg.cert_dir(None);
+    let hint = format!("(put <name>.cert and <name>.key in {dir})");
+    assert_refused_at_once(
+        &reg.env,
+        &["--cert-dir", &dir, &reg.v2.by_tag],
+        &[
+            "fetching manifest",
+            "the registry refused the TLS handshake: it requires a client certificate",
+            &hint,
+            "alert bad certificate",
+        ],
+    );
+}
+
+#[test]
+fn registry_requiring_a_client_certificate_refuses_one_from_another_ca_and_names_it() {
+    let reg = ClientCertRegistry::start();
+    let stranger = TestCa::new("some other CA").unwrap();
+    let dir = reg.cert_dir(Some(&stranger.client_cert("intruder").unwrap()));
+    let named = format!("it did not accept the client certificate {dir}/client.cert");
+    assert_refused_at_once(
+        &reg.env,
+        &["--cert-dir", &dir, &reg.v2.by_tag],
+        &["the registry refused the TLS handshake", &named],
+    );
+}
+
+#[test]
+fn registry_requiring_a_client_certificate_accepts_a_pkcs1_rsa_key() {
+    let reg = ClientCertRegistry::start();
+    let client = reg.clients.client_cert_rsa_pkcs1("pivot-node").unwrap();
+    assert!(client
+        .key_pem
+        .starts_with("-----BEGIN RSA PRIVATE KEY-----"));
+    reg.assert_deploys_v2_with(&reg.cert_dir(Some(&client)));
 }
 
 #[test]

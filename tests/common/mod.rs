@@ -72,6 +72,15 @@ impl Env {
         self.run(cmd)
     }
 
+    /// [`Env::pivot`] with extra environment variables, e.g. `PIVOT_LOG`.
+    pub fn pivot_with_env(&self, vars: &[(&str, &str)], args: &[&str]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
+        cmd.arg("--sysroot").arg(&self.sysroot.path).args(args);
+        self.prepare(&mut cmd);
+        cmd.envs(vars.iter().copied());
+        cmd.output().expect("running pivot")
+    }
+
     /// Runs `pivot <subcommand> --sysroot <this sysroot> <args>`.
     pub fn subcommand(&self, subcommand: &str, args: &[&str]) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));

@@ -197,9 +197,9 @@ pub fn push_oscontainer(
     })
 }
 
-/// Pushes with the registry's credentials and CA. oci-client cannot present a
-/// client certificate, so a registry that demands one gets the push through a
-/// short-lived plain-HTTP registry serving the same storage.
+/// Pushes with the registry's credentials and CA. The kit holds no client
+/// certificate of its own, so a registry that demands one gets the push through
+/// a short-lived plain-HTTP registry serving the same storage.
 fn push_to(
     registry: &Registry,
     repository: &str,

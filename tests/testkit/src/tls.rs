@@ -81,6 +81,30 @@ impl TestCa {
         self.issue(params, "client")
     }
 
+    /// A TLS client certificate with an RSA key written in the traditional
+    /// PKCS#1 form (`BEGIN RSA PRIVATE KEY`, as `openssl genrsa -traditional`
+    /// makes it) instead of PKCS#8.
+    pub fn client_cert_rsa_pkcs1(&self, cn: &str) -> Result<CertKey> {
+        let rsa = openssl::rsa::Rsa::generate(2048).context("generating RSA client key")?;
+        let pkcs1 = rsa
+            .private_key_to_pem()
+            .context("writing RSA key as PKCS#1")?;
+        let pkcs8 = openssl::pkey::PKey::from_rsa(rsa)
+            .and_then(|key| key.private_key_to_pem_pkcs8())
+            .context("writing RSA key as PKCS#8")?;
+        let key =
+            KeyPair::from_pem(&String::from_utf8(pkcs8)?).context("loading RSA client key")?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = self.issue_for(params, &key, "RSA client")?;
+        Ok(CertKey {
+            key_pem: String::from_utf8(pkcs1)?,
+            ..cert
+        })
+    }
+
     /// A leaf for signing (JWTs): digitalSignature only, no extended key usage.
     pub fn signing_cert(&self, cn: &str) -> Result<CertKey> {
         let mut params = CertificateParams::default();
@@ -101,8 +125,12 @@ impl TestCa {
 
     fn issue(&self, params: CertificateParams, what: &str) -> Result<CertKey> {
         let key = KeyPair::generate().with_context(|| format!("generating {what} key"))?;
+        self.issue_for(params, &key, what)
+    }
+
+    fn issue_for(&self, params: CertificateParams, key: &KeyPair, what: &str) -> Result<CertKey> {
         let cert = params
-            .signed_by(&key, &self.issuer)
+            .signed_by(key, &self.issuer)
             .with_context(|| format!("signing {what} certificate with CA {}", self.name))?;
         Ok(CertKey {
             cert_pem: cert.pem(),
