@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::config::auth::AuthFiles;
 use crate::confirm::{self, Verdict};
@@ -16,11 +16,24 @@ use crate::registry::Access;
 use crate::retry::{self, RetryPolicy};
 use crate::{reboot, status};
 
+/// Exit codes, in one place: `--help`, the man page and the README say the same.
+pub const EXIT_STATUS: &str = "\
+Exit status:
+  0   done: a deployment was made, or nothing was to be done; with --check, an update is available
+  1   failed: the message names the step and the cause (pivot confirm: the last pivot did not take effect)
+  2   usage error
+  77  nothing to do, with --unchanged-exit-77 or --check";
+
 /// Move this OSTree system to the OS in an oscontainer image.
 ///
 /// With no PULLSPEC, the pullspec is read from /etc/pivot/image-pullspec (first boot).
 #[derive(Debug, Parser)]
-#[command(name = "pivot", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "pivot",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_long_help = EXIT_STATUS
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -36,6 +49,12 @@ pub enum Command {
     ///
     /// Exits 1 when it does not, with the reason, which `pivot status` then shows too.
     Confirm(ConfirmArgs),
+    /// Print the man page (roff) generated from this command line, for packaging.
+    #[command(hide = true)]
+    Man,
+    /// Print shell completions (bash, zsh, fish, …), for packaging.
+    #[command(hide = true)]
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Debug, Args)]
@@ -94,6 +113,10 @@ pub struct PivotArgs {
     /// Remove a kernel argument from the new deployment (repeatable; whole-token match).
     #[arg(long, value_name = "ARG", value_parser = karg)]
     pub karg_delete: Vec<String>,
+    /// Only check: fetch the manifest and config, print what a pivot would change (version,
+    /// commit, bytes to download), write nothing. Exits 0 if there is an update, 77 if not.
+    #[arg(long, conflicts_with = "reboot")]
+    pub check: bool,
 }
 
 fn karg(arg: &str) -> Result<String, String> {
@@ -155,6 +178,14 @@ pub async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                 Verdict::Nothing => Exit::Success,
             })
         }
+        Some(Command::Man) => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(Exit::Success)
+        }
+        Some(Command::Completions { shell }) => {
+            clap_complete::generate(shell, &mut Cli::command(), "pivot", &mut std::io::stdout());
+            Ok(Exit::Success)
+        }
         None => run_pivot(cli.pivot, progress).await,
     }
 }
@@ -172,6 +203,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             .map(Edit::Add)
             .chain(args.karg_delete.into_iter().map(Edit::Delete))
             .collect(),
+        check: args.check,
         progress,
         access: Access {
             auth: AuthFiles::new(args.authfile.as_deref()),
@@ -184,6 +216,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
     let reboot_owed = match report.outcome {
         Outcome::Changed { .. } => true,
         Outcome::Unchanged { reboot_pending } => reboot_pending || reboot::is_needed(),
+        Outcome::Update => false,
     };
     if args.reboot && reboot_owed {
         if report.booted {
@@ -196,7 +229,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         }
     }
     Ok(match report.outcome {
-        Outcome::Unchanged { .. } if args.unchanged_exit_77 => Exit::Unchanged,
+        Outcome::Unchanged { .. } if args.unchanged_exit_77 || args.check => Exit::Unchanged,
         _ => Exit::Success,
     })
 }

@@ -42,6 +42,8 @@ pub struct Options {
     pub partial_downloads: bool,
     /// Kernel argument edits from the command line, applied after the kernel-args file's.
     pub karg_edits: Vec<Edit>,
+    /// Only report what a pivot would do (manifest and config only; nothing written).
+    pub check: bool,
     pub access: Access,
     pub progress: Progress,
 }
@@ -53,6 +55,8 @@ pub enum Outcome {
     /// Nothing to do. `reboot_pending`: the target is deployed but a pullspec-file run found the
     /// node not running it, so the pending reboot is still owed.
     Unchanged { reboot_pending: bool },
+    /// `--check` found a target to move to.
+    Update,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,8 +206,11 @@ pub async fn run(opts: &Options) -> Result<Report> {
     }
     opts.progress.finish(&run.attempt.outcome);
     run.state.last = Some(run.attempt);
-    if let Err(e) = state_file.save(&run.state) {
-        tracing::warn!("could not record the outcome: {e:#}");
+    // A check changes nothing, not even the record of attempts.
+    if !opts.check {
+        if let Err(e) = state_file.save(&run.state) {
+            tracing::warn!("could not record the outcome: {e:#}");
+        }
     }
     match result {
         Ok(outcome) => Ok(Report {
@@ -262,7 +269,9 @@ impl Run<'_> {
                 let current = self.local.current.clone();
                 return self.settle(current);
             }
-            self.count_attempt()?;
+            if !self.opts.check {
+                self.count_attempt()?;
+            }
         }
 
         let conf = RegistriesConf::load_default()?;
@@ -297,6 +306,9 @@ impl Run<'_> {
             ),
         );
 
+        if self.opts.check {
+            return self.report_update(&image, &os).await;
+        }
         let job = Job {
             sysroot: self.opts.sysroot.clone(),
             stateroot: self.local.stateroot.clone(),
@@ -343,6 +355,49 @@ impl Run<'_> {
         })
     }
 
+    /// `--check`: what a pivot to `os` would change, on stdout, from the manifest and config alone.
+    async fn report_update(&self, image: &ImageRef, os: &OsImage) -> Result<Outcome> {
+        let (sysroot, commit) = (self.opts.sysroot.clone(), os.commit_label.clone());
+        let have = tokio::task::spawn_blocking(move || -> Result<bool> {
+            let repo = deployments::open_sysroot(&sysroot)?.repo();
+            Ok(commit.is_some_and(|c| import::verify_complete(&repo, &c).is_ok()))
+        })
+        .await??;
+        let bytes: u64 = match have {
+            true => 0,
+            false => os
+                .layers
+                .iter()
+                .map(|l| l.descriptor.size.max(0) as u64)
+                .sum(),
+        };
+        let current = &self.local.current;
+        println!("update available: {}", image.pinned_or_tagged());
+        println!(
+            "  version: {} (now {})",
+            os.version.as_deref().unwrap_or("unknown"),
+            current.version.as_deref().unwrap_or("unknown")
+        );
+        println!(
+            "  commit:  {} (now {})",
+            os.commit_label
+                .as_deref()
+                .unwrap_or("named by the image's repository"),
+            current.checksum
+        );
+        println!(
+            "  download: {} in {} layer(s){}",
+            crate::progress::human(bytes),
+            if have { 0 } else { os.layers.len() },
+            if have {
+                ", the commit is already in the repo"
+            } else {
+                ""
+            }
+        );
+        Ok(Outcome::Update)
+    }
+
     /// The target is already deployed as `hit`.
     fn settle(&mut self, hit: DeploymentInfo) -> Result<Outcome> {
         if !self.opts.karg_edits.is_empty() {
@@ -363,7 +418,7 @@ impl Run<'_> {
                 &format!("already at target {}: nothing to do", self.image),
             );
             self.attempt.outcome = "unchanged".into();
-            if self.source == Source::File {
+            if self.source == Source::File && !self.opts.check {
                 self.confirm()?;
             }
             return Ok(Outcome::Unchanged {
