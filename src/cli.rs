@@ -117,6 +117,11 @@ pub struct PivotArgs {
     /// commit, bytes to download), write nothing. Exits 0 if there is an update, 77 if not.
     #[arg(long, conflicts_with = "reboot")]
     pub check: bool,
+    /// Pull and import the image, deploy nothing. The commit is kept (refs pivot/<repository>
+    /// and pivot/downloaded/<digest>), and a later `pivot host/path@<digest>` deploys it
+    /// without contacting the registry.
+    #[arg(long, conflicts_with_all = ["reboot", "check"])]
+    pub download_only: bool,
 }
 
 fn karg(arg: &str) -> Result<String, String> {
@@ -204,6 +209,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             .chain(args.karg_delete.into_iter().map(Edit::Delete))
             .collect(),
         check: args.check,
+        download_only: args.download_only,
         progress,
         access: Access {
             auth: AuthFiles::new(args.authfile.as_deref()),
@@ -216,7 +222,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
     let reboot_owed = match report.outcome {
         Outcome::Changed { .. } => true,
         Outcome::Unchanged { reboot_pending } => reboot_pending || reboot::is_needed(),
-        Outcome::Update => false,
+        Outcome::Update | Outcome::Downloaded => false,
     };
     if args.reboot && reboot_owed {
         if report.booted {

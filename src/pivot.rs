@@ -44,6 +44,8 @@ pub struct Options {
     pub karg_edits: Vec<Edit>,
     /// Only report what a pivot would do (manifest and config only; nothing written).
     pub check: bool,
+    /// Pull and import, deploy nothing; the commit is kept for a later (offline) pivot.
+    pub download_only: bool,
     pub access: Access,
     pub progress: Progress,
 }
@@ -57,6 +59,8 @@ pub enum Outcome {
     Unchanged { reboot_pending: bool },
     /// `--check` found a target to move to.
     Update,
+    /// `--download-only` imported the target's commit.
+    Downloaded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,6 +278,17 @@ impl Run<'_> {
             }
         }
 
+        if let Some(digest) = pinned.as_deref().filter(|_| !self.opts.check) {
+            if let Some(os) = self.downloaded(digest).await? {
+                tracing::info!(
+                    "{} was downloaded before (--download-only): deploying it without the registry",
+                    self.image
+                );
+                self.target.digest = os.digest.clone();
+                self.target.version = os.version.clone().unwrap_or_default();
+                return self.make_deployment(self.image.clone(), os, None).await;
+            }
+        }
         let conf = RegistriesConf::load_default()?;
         let what = self.image.to_string();
         self.opts.progress.step("pulling");
@@ -309,6 +324,18 @@ impl Run<'_> {
         if self.opts.check {
             return self.report_update(&image, &os).await;
         }
+        self.make_deployment(image, os, Some(registry)).await
+    }
+
+    /// Imports `os` (unless its commit is in the repo already) and deploys it, or with
+    /// `--download-only` keeps it for later.
+    async fn make_deployment(
+        &mut self,
+        image: ImageRef,
+        os: OsImage,
+        registry: Option<Registry>,
+    ) -> Result<Outcome> {
+        let digest = os.digest.clone();
         let job = Job {
             sysroot: self.opts.sysroot.clone(),
             stateroot: self.local.stateroot.clone(),
@@ -316,6 +343,7 @@ impl Run<'_> {
             image,
             os,
             keep: self.opts.keep,
+            download_only: self.opts.download_only,
             partial_downloads: self.opts.partial_downloads,
             registry,
             runtime: Handle::current(),
@@ -331,6 +359,14 @@ impl Run<'_> {
         };
         self.attempt.commit = Some(commit.clone());
         self.target.commit = commit.clone();
+        let Some(deployed) = deployed else {
+            self.attempt.outcome = "downloaded".into();
+            tracing::info!(
+                "downloaded {commit}; `pivot {}` deploys it, without the registry",
+                self.image.with_digest(&digest)
+            );
+            return Ok(Outcome::Downloaded);
+        };
         self.attempt.outcome = if deployed.staged {
             "staged"
         } else {
@@ -353,6 +389,31 @@ impl Run<'_> {
         Ok(Outcome::Changed {
             staged: deployed.staged,
         })
+    }
+
+    /// The image `digest` as an earlier `--download-only` left it: its commit complete in the
+    /// repo under [`downloaded_ref`].
+    async fn downloaded(&self, digest: &str) -> Result<Option<OsImage>> {
+        let (sysroot, digest) = (self.opts.sysroot.clone(), digest.to_string());
+        tokio::task::spawn_blocking(move || -> Result<Option<OsImage>> {
+            let repo = deployments::open_sysroot(&sysroot)?.repo();
+            let Some(commit) = repo
+                .resolve_rev(&downloaded_ref(&digest), true)
+                .context("reading the downloads' refs")?
+            else {
+                return Ok(None);
+            };
+            if import::verify_complete(&repo, &commit).is_err() {
+                return Ok(None);
+            }
+            Ok(Some(OsImage {
+                version: deployments::commit_version(&repo, &commit)?,
+                digest,
+                commit_label: Some(commit.to_string()),
+                layers: Vec::new(),
+            }))
+        })
+        .await?
     }
 
     /// `--check`: what a pivot to `os` would change, on stdout, from the manifest and config alone.
@@ -491,15 +552,19 @@ struct Job {
     image: ImageRef,
     os: OsImage,
     keep: bool,
+    download_only: bool,
     partial_downloads: bool,
-    registry: Registry,
+    /// None when the commit is known to be in the repo already.
+    registry: Option<Registry>,
     runtime: Handle,
     progress: Progress,
     kargs: Vec<Edit>,
 }
 
 impl Job {
-    fn run(self) -> Result<Option<(String, Deployed)>> {
+    /// The commit and its new deployment (none with `--download-only`); None when another
+    /// pivot deployed the target while this one waited for the lock.
+    fn run(self) -> Result<Option<(String, Option<Deployed>)>> {
         let sysroot = ostree::Sysroot::new(Some(&gio::File::for_path(&self.sysroot)));
         let _lock = SysrootLock::acquire(&sysroot)?;
         sysroot
@@ -527,10 +592,19 @@ impl Job {
                 .import(&repo)
                 .with_context(|| format!("pulling {}", self.pullspec))?,
         };
-        if self.keep {
-            let name = format!("pivot/{}", self.image.repository);
+        let mut refs = Vec::new();
+        if self.keep || self.download_only {
+            refs.push(format!("pivot/{}", self.image.repository));
+        }
+        if self.download_only {
+            refs.push(downloaded_ref(&self.os.digest));
+        }
+        for name in refs {
             repo.set_ref_immediate(None, &name, Some(&commit), gio::Cancellable::NONE)
                 .with_context(|| format!("keeping {commit} under the ref {name}"))?;
+        }
+        if self.download_only {
+            return Ok(Some((commit, None)));
         }
         self.progress.step("deploying");
         let origin = deploy::origin(
@@ -545,7 +619,7 @@ impl Job {
         );
         let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
             .with_context(|| format!("deploying commit {commit}"))?;
-        Ok(Some((commit, deployed)))
+        Ok(Some((commit, Some(deployed))))
     }
 
     /// Streams every layer into one transaction; nothing is committed unless all layers verified
@@ -639,9 +713,13 @@ impl Job {
         let layer = &self.os.layers[i];
         let digest = &layer.descriptor.digest;
         let context = || format!("fetching layer {}/{} {digest}", i + 1, self.os.layers.len());
+        let registry = self
+            .registry
+            .as_ref()
+            .context("no registry to fetch the layers from")?;
         let reader = BlobReader::open(
             &self.runtime,
-            &self.registry,
+            registry,
             &layer.descriptor,
             spools.path(digest).as_deref(),
         )
@@ -654,6 +732,11 @@ impl Job {
         spools.remove(digest);
         Ok(importer)
     }
+}
+
+/// The ref that keeps a `--download-only` commit, named after the image digest it came from.
+fn downloaded_ref(digest: &str) -> String {
+    format!("pivot/downloaded/{}", digest.replace(':', "-"))
 }
 
 /// Layers imported at once. Each layer's import already keeps two threads busy
