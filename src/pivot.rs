@@ -487,8 +487,9 @@ impl Job {
             )
             .with_context(context)?
             .with_progress(self.progress.clone(), i);
+            let size = layer.descriptor.size.max(0) as u64;
             importer
-                .import_blob(reader, layer.compression)
+                .import_blob(reader, layer.compression, size)
                 .with_context(context)?;
             spools.remove(digest);
         }
