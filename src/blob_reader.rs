@@ -19,7 +19,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use crate::progress::Progress;
-use crate::registry::Registry;
+use crate::registry::{size_mismatch, too_long, Registry};
 
 /// Chunks buffered ahead of the consumer: bounds memory to a few MiB per layer.
 const CHANNEL_DEPTH: usize = 64;
@@ -100,10 +100,9 @@ impl BlobReader {
     fn take(&mut self, buf: &mut [u8], chunk: &[u8]) -> io::Result<usize> {
         if self.read + chunk.len() as u64 > self.size {
             self.done = true;
-            return Err(io::Error::other(format!(
-                "blob {} is larger than the {} bytes its descriptor declares",
-                self.digest, self.size
-            )));
+            return Err(io::Error::other(
+                too_long(&self.digest, self.size).to_string(),
+            ));
         }
         buf[..chunk.len()].copy_from_slice(chunk);
         self.hasher.update(chunk);
@@ -181,7 +180,14 @@ async fn forward(
     let mut attempt = 0;
     while offset < size {
         let failure = match registry.blob_from(&desc, offset).await {
-            Ok(mut stream) => {
+            Ok(blob) if blob.remaining.is_some_and(|n| n != size - offset) => {
+                let announced = blob.remaining.unwrap_or_default();
+                let refusal = size_mismatch(&desc.digest, announced, offset, size);
+                let _ = tx.send(Err(io::Error::other(refusal.to_string()))).await;
+                return;
+            }
+            Ok(blob) => {
+                let mut stream = blob.stream;
                 let mut failure = None;
                 while let Some(item) = stream.next().await {
                     match item {

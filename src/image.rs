@@ -4,7 +4,7 @@
 //! to deploy is named by the config label `com.coreos.ostree-commit` (if absent: the repo's single
 //! ref), and the label `version` is the version shown to people.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, ensure, Result};
 use oci_client::manifest::OciDescriptor;
 use oci_spec::image::{Descriptor, ImageManifest};
 
@@ -43,8 +43,7 @@ impl OsImage {
 
     /// Reads the layers from the manifest and the labels from the config blob.
     pub fn new(resolved: &ResolvedManifest, config_json: &[u8]) -> Result<OsImage> {
-        let config: serde_json::Value =
-            serde_json::from_slice(config_json).context("image config is not JSON")?;
+        let config: serde_json::Value = parse_json(config_json, "image config")?;
         let labels = config
             .get("config")
             .and_then(|c| c.get("Labels"))
@@ -52,6 +51,10 @@ impl OsImage {
         let label = |key: &str| -> Result<Option<String>> {
             match labels.and_then(|l| l.get(key)) {
                 None | Some(serde_json::Value::Null) => Ok(None),
+                // Labels end up in GLib strings (the origin file), which cannot hold NUL.
+                Some(serde_json::Value::String(s)) if s.contains('\0') => {
+                    bail!("label {key} contains a NUL character")
+                }
                 Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
                 Some(other) => bail!("label {key} is not a string: {other}"),
             }
@@ -82,6 +85,20 @@ impl OsImage {
             layers,
         })
     }
+}
+
+/// Parses a JSON document (`what` names it in errors), saying so when it is cut short.
+pub fn parse_json(bytes: &[u8], what: &str) -> Result<serde_json::Value> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_eof() {
+            anyhow::anyhow!(
+                "{what} is truncated: its {} bytes end inside the JSON document ({e})",
+                bytes.len()
+            )
+        } else {
+            anyhow::anyhow!("{what} is not JSON: {e}")
+        }
+    })
 }
 
 pub fn is_checksum(s: &str) -> bool {

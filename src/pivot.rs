@@ -658,7 +658,7 @@ impl Job {
         // Merged in layer order, so a later layer's config or ref wins as it would in a
         // sequential import.
         for layer in self.import_each_layer(repo, spools)? {
-            importer.absorb(layer);
+            importer.absorb(layer)?;
         }
         let (written, skipped) = (importer.objects_written, importer.objects_skipped);
         let commit = importer.finish(self.os.commit_label.as_deref())?;
@@ -726,8 +726,9 @@ impl Job {
         .with_context(context)?
         .with_progress(self.progress.clone(), i);
         let mut importer = RepoImporter::new(repo.clone());
+        let size = layer.descriptor.size.max(0) as u64;
         importer
-            .import_blob(reader, layer.compression)
+            .import_blob(reader, layer.compression, size)
             .with_context(context)?;
         spools.remove(digest);
         Ok(importer)

@@ -249,7 +249,7 @@ impl Registry {
         .map_err(|e| self.explain_refusal(e))?;
         ensure!(
             bytes.len() <= MAX_JSON_BYTES,
-            "manifest is {} bytes, more than the {MAX_JSON_BYTES} an image manifest may have",
+            "manifest is too large: {} bytes, more than the {MAX_JSON_BYTES} an image manifest may have",
             bytes.len()
         );
         // The server's Docker-Content-Digest header is not trusted: the digest is what the bytes hash to.
@@ -263,31 +263,50 @@ impl Registry {
         Ok((bytes, actual))
     }
 
-    /// Fetches a small JSON blob (the image config), verified against its descriptor.
+    /// Fetches a small JSON blob (the image config), verified against its descriptor. Never more
+    /// than the descriptor's size is read: a registry that announces or sends more is refused.
     pub async fn fetch_json_blob(&self, desc: &OciDescriptor) -> Result<Vec<u8>> {
         ensure!(
             (0..=MAX_JSON_BYTES as i64).contains(&desc.size),
-            "config blob {} claims {} bytes; at most {MAX_JSON_BYTES} are accepted",
+            "config blob {} claims {} bytes; at most {MAX_JSON_BYTES} are accepted (too large)",
             desc.digest,
             desc.size
         );
         let reference = self.reference(None);
         let desc = safe_descriptor(desc);
-        let out = retry::retry(&self.retry, "fetching the image config", || async {
-            let mut out = Vec::with_capacity(desc.size as usize);
-            self.client.pull_blob(&reference, &desc, &mut out).await?;
-            Ok(out)
+        let size = desc.size as u64;
+        // The outer error is the request's (maybe retried); the inner one a refusal.
+        let read = retry::retry(&self.retry, "fetching the image config", || async {
+            let blob = self.client.pull_blob_stream(&reference, &desc).await?;
+            if let Some(announced) = blob.content_length.filter(|&n| n != size) {
+                return Ok(Err(size_mismatch(&desc.digest, announced, 0, size)));
+            }
+            let mut out = Vec::with_capacity(size as usize);
+            let mut stream = blob.stream;
+            while let Some(chunk) = stream.next().await {
+                let chunk = match chunk {
+                    Ok(chunk) => chunk,
+                    Err(e) if is_digest_error(&e) => return Ok(Err(anyhow::anyhow!("{e}"))),
+                    Err(e) => return Err(e.into()),
+                };
+                if out.len() as u64 + chunk.len() as u64 > size {
+                    return Ok(Err(too_long(&desc.digest, size)));
+                }
+                out.extend_from_slice(&chunk);
+            }
+            Ok(Ok(out))
         })
         .await
+        .and_then(|read| read)
         .with_context(|| format!("fetching blob {}", desc.digest))?;
         ensure!(
-            out.len() as i64 == desc.size,
-            "blob {} has {} bytes, its descriptor says {}",
+            read.len() as u64 == size && sha256_digest(&read) == desc.digest,
+            "blob {} has {} bytes hashing to {}; its descriptor says {size} bytes",
             desc.digest,
-            out.len(),
-            desc.size
+            read.len(),
+            sha256_digest(&read)
         );
-        Ok(out)
+        Ok(read)
     }
 
     /// One request for a blob's bytes from `offset` on. Unverified: the caller hashes every byte
@@ -296,24 +315,30 @@ impl Registry {
         &self,
         desc: &OciDescriptor,
         offset: u64,
-    ) -> std::result::Result<BoxStream<'static, std::io::Result<Bytes>>, OciDistributionError> {
+    ) -> std::result::Result<BlobStream, OciDistributionError> {
         let reference = self.reference(None);
         let desc = safe_descriptor(desc);
         if offset == 0 {
-            return Ok(self
-                .client
-                .pull_blob_stream(&reference, &desc)
-                .await?
-                .stream);
+            let sized = self.client.pull_blob_stream(&reference, &desc).await?;
+            return Ok(BlobStream {
+                remaining: sized.content_length,
+                stream: sized.stream,
+            });
         }
         match self
             .client
             .pull_blob_stream_partial(&reference, &desc, offset, None)
             .await?
         {
-            BlobResponse::Partial(sized) => Ok(sized.stream),
+            BlobResponse::Partial(sized) => Ok(BlobStream {
+                remaining: sized.content_length,
+                stream: sized.stream,
+            }),
             // The server ignored the Range header: skip what we already have.
-            BlobResponse::Full(sized) => Ok(skip_bytes(sized.stream, offset)),
+            BlobResponse::Full(sized) => Ok(BlobStream {
+                remaining: sized.content_length.map(|n| n.saturating_sub(offset)),
+                stream: skip_bytes(sized.stream, offset),
+            }),
         }
     }
 
@@ -360,6 +385,39 @@ impl Registry {
     pub fn retry_policy(&self) -> &RetryPolicy {
         &self.retry
     }
+}
+
+/// A blob's bytes from some offset on.
+pub struct BlobStream {
+    pub stream: BoxStream<'static, std::io::Result<Bytes>>,
+    /// How many bytes the registry announced it will send (its Content-Length), if it did.
+    pub remaining: Option<u64>,
+}
+
+/// The refusal of a blob whose announced length disagrees with its descriptor.
+pub fn size_mismatch(digest: &str, announced: u64, offset: u64, declared: u64) -> anyhow::Error {
+    if offset == 0 {
+        anyhow::anyhow!(
+            "the registry announces blob {digest} as {announced} bytes, but the manifest declares {declared}: refusing a blob whose size is not the declared one"
+        )
+    } else {
+        anyhow::anyhow!(
+            "the registry announces {announced} bytes of blob {digest} from byte {offset} on, but the manifest declares {declared} in all: refusing a blob whose size is not the declared one"
+        )
+    }
+}
+
+/// The refusal of a blob that keeps coming after its declared size.
+pub fn too_long(digest: &str, declared: u64) -> anyhow::Error {
+    anyhow::anyhow!(
+        "blob {digest} is larger than the {declared} bytes its descriptor declares (too large): refusing it"
+    )
+}
+
+/// oci-client's verifying stream reports a digest mismatch as an I/O error wrapping it.
+fn is_digest_error(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.is::<oci_client::errors::DigestError>())
 }
 
 fn skip_bytes(
@@ -409,7 +467,7 @@ enum Parsed {
 }
 
 fn parse_manifest(bytes: &[u8]) -> Result<Parsed> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).context("manifest is not JSON")?;
+    let value: serde_json::Value = crate::image::parse_json(bytes, "manifest")?;
     let media_type = value
         .get("mediaType")
         .and_then(|v| v.as_str())

@@ -335,20 +335,15 @@ fn human_status_shows_versions_images_and_flags() {
         .unwrap();
     assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!("{STATEROOT} {}.0 (default)", v2.commit)),
-        "{text}"
-    );
+    let image = format!("pivot://{}/pivot/os@{}", env.registry.host(), v2.digest);
+    assert!(text.contains(&format!("  {image} (default)\n")), "{text}");
+    assert!(text.contains(&format!("Commit: {}", v2.commit)), "{text}");
     assert!(
         text.contains("Version: 2") && text.contains("Version: 1"),
         "{text}"
     );
     assert!(
-        text.contains(&format!(
-            "Image:   {}/pivot/os@{}",
-            env.registry.host(),
-            v2.digest
-        )),
+        text.contains(&format!("Stateroot: {STATEROOT} (serial 0)")),
         "{text}"
     );
     assert!(text.contains("(rollback)"), "{text}");

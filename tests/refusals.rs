@@ -6,26 +6,6 @@ mod common;
 use common::*;
 use pivot_testkit::{CommitLabel, ImageSpec};
 
-/// Runs pivot with `args`, expects failure mentioning `needles`, and an untouched sysroot.
-fn assert_refused(env: &Env, args: &[&str], needles: &[&str]) {
-    let before = env.sysroot.snapshot().unwrap();
-    let out = env.pivot(args);
-    assert_fails_with(&out, needles);
-    assert_eq!(
-        env.sysroot.snapshot().unwrap(),
-        before,
-        "the sysroot changed"
-    );
-    // Nothing of the refused image is left in the repo's temporary space either.
-    let tmp = env.sysroot.repo_path().join("tmp");
-    let leftovers: Vec<_> = std::fs::read_dir(&tmp)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| n.to_string_lossy().starts_with("staging-"))
-        .collect();
-    assert!(leftovers.is_empty(), "staging left behind: {leftovers:?}");
-}
-
 #[test]
 fn malformed_pullspecs_are_refused_naming_the_bad_part() {
     let env = Env::new();

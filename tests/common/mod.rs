@@ -3,8 +3,12 @@
 
 #![allow(dead_code)]
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
 
 use pivot_testkit::{push_oscontainer, ImageSpec, PushedImage, Registry, TestSysroot, Tree};
 
@@ -180,4 +184,125 @@ pub fn noise(len: usize) -> String {
     }
     text.truncate(len);
     text
+}
+
+/// Runs pivot with `args`, expects failure mentioning `needles`, and an untouched sysroot: same
+/// deployments, boot entries, refs, origins, the same object files, no file added, removed or
+/// changed anywhere but pivot's own temporary space and its state file, and nothing of the
+/// refused image left in that temporary space either.
+pub fn assert_refused(env: &Env, args: &[&str], needles: &[&str]) {
+    assert_refused_leaving(env, args, needles, &[]);
+}
+
+/// [`assert_refused`], also checking that the trees under `watched` (outside the sysroot, where
+/// a hostile image points its links) did not change.
+pub fn assert_refused_leaving(env: &Env, args: &[&str], needles: &[&str], watched: &[&Path]) {
+    let before = env.sysroot.snapshot().unwrap();
+    let objects = object_files(env);
+    let files = sysroot_files(env);
+    let outside: Vec<_> = watched.iter().map(|d| tree_listing(d, &[])).collect();
+    let out = env.pivot(args);
+    assert_fails_with(&out, needles);
+    assert_eq!(
+        env.sysroot.snapshot().unwrap(),
+        before,
+        "the sysroot changed"
+    );
+    let now = object_files(env);
+    assert_eq!(
+        now.difference(&objects).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "objects were added"
+    );
+    assert_eq!(now, objects, "objects were removed");
+    assert_eq!(
+        diff(&files, &sysroot_files(env)),
+        Vec::<String>::new(),
+        "files changed outside pivot's temporary space"
+    );
+    for (dir, before) in watched.iter().zip(outside) {
+        assert_eq!(
+            diff(&before, &tree_listing(dir, &[])),
+            Vec::<String>::new(),
+            "{} changed",
+            dir.display()
+        );
+    }
+    // Nothing of the refused image is left in the repo's temporary space either.
+    let tmp = env.sysroot.repo_path().join("tmp");
+    let leftovers: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with("staging-"))
+        .collect();
+    assert!(leftovers.is_empty(), "staging left behind: {leftovers:?}");
+}
+
+/// The repo's object files, as paths relative to `objects/`.
+pub fn object_files(env: &Env) -> BTreeSet<String> {
+    tree_listing(&env.sysroot.repo_path().join("objects"), &[])
+        .into_keys()
+        .collect()
+}
+
+/// Every path of the sysroot (type, mode, size and content hash or link target), but the repo's
+/// `tmp/` and pivot's state directory: the only places a refused pivot may write.
+pub fn sysroot_files(env: &Env) -> BTreeMap<String, String> {
+    let state = format!("ostree/deploy/{}/var/lib/pivot", env.sysroot.stateroot);
+    tree_listing(&env.sysroot.path, &["ostree/repo/tmp", &state])
+}
+
+/// Lines that differ between two listings, marked `-` (gone or before) and `+` (new or after).
+fn diff(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, what) in before {
+        if after.get(path) != Some(what) {
+            out.push(format!("- {path} {what}"));
+        }
+    }
+    for (path, what) in after {
+        if before.get(path) != Some(what) {
+            out.push(format!("+ {path} {what}"));
+        }
+    }
+    out
+}
+
+/// path (relative to `root`) → description, skipping the relative paths in `skip`.
+pub fn tree_listing(root: &Path, skip: &[&str]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(root.join(&rel)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let rel = rel.join(entry.file_name());
+            let name = rel.to_string_lossy().into_owned();
+            if skip.iter().any(|s| name == *s) {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(meta) = path.symlink_metadata() else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            let what = if meta.is_dir() {
+                stack.push(rel.clone());
+                format!("dir {mode:o}")
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).unwrap_or_default();
+                format!("symlink -> {}", target.display())
+            } else if meta.is_file() {
+                let hash = std::fs::read(&path)
+                    .map(|d| hex::encode(Sha256::digest(d)))
+                    .unwrap_or_else(|e| format!("unreadable: {e}"));
+                format!("file {mode:o} {} links={} {hash}", meta.len(), meta.nlink())
+            } else {
+                format!("special {mode:o} rdev={}", meta.rdev())
+            };
+            out.insert(name, what);
+        }
+    }
+    out
 }

@@ -18,6 +18,19 @@ pub enum FaultKind {
     Delay(Duration),
     /// Read the request, then reset the connection (RST) without answering.
     Reset,
+    /// Answer `status` with `body` (and `content_type`) without contacting
+    /// upstream. With `endless`, no Content-Length is sent and `filler`
+    /// bytes follow the body until the client hangs up.
+    Respond {
+        status: u16,
+        content_type: String,
+        body: Vec<u8>,
+        endless: Option<u8>,
+    },
+    /// Relay upstream's response without its Content-Length, then keep
+    /// sending zero bytes after its body until the client hangs up: more
+    /// bytes than any descriptor declares, without end.
+    Overflow,
 }
 
 /// A fault for the first `times` requests whose target (path and query)
@@ -75,6 +88,41 @@ impl Fault {
 
     pub fn reset(path_contains: &str) -> Fault {
         Fault::new(path_contains, FaultKind::Reset)
+    }
+
+    /// Serves `body` as the answer, never asking upstream.
+    pub fn respond(path_contains: &str, content_type: &str, body: Vec<u8>) -> Fault {
+        Fault::new(
+            path_contains,
+            FaultKind::Respond {
+                status: 200,
+                content_type: content_type.into(),
+                body,
+                endless: None,
+            },
+        )
+    }
+
+    /// Serves `body`, then `filler` bytes forever, with no Content-Length.
+    pub fn respond_endless(
+        path_contains: &str,
+        content_type: &str,
+        body: Vec<u8>,
+        filler: u8,
+    ) -> Fault {
+        Fault::new(
+            path_contains,
+            FaultKind::Respond {
+                status: 200,
+                content_type: content_type.into(),
+                body,
+                endless: Some(filler),
+            },
+        )
+    }
+
+    pub fn overflow(path_contains: &str) -> Fault {
+        Fault::new(path_contains, FaultKind::Overflow)
     }
 
     /// Applies to the first `n` matching requests (default 1).

@@ -186,6 +186,7 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
     });
     let mut limit = None;
     let mut stall = None;
+    let mut overflow = false;
     match fault {
         Some(FaultKind::Reset) => {
             // Zero linger turns the close into a RST: "connection reset by peer".
@@ -217,6 +218,36 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
             });
             return Ok(());
         }
+        Some(FaultKind::Respond {
+            status,
+            content_type,
+            body,
+            endless,
+        }) => {
+            let headers = [("Content-Type", content_type.as_str())];
+            let with_body = method != "HEAD";
+            let mut reply = http1::response(status, &headers, &body, with_body);
+            if endless.is_some() {
+                // Body delimited by the close alone: drop the Content-Length line.
+                let text = String::from_utf8_lossy(&reply).into_owned();
+                let cl = format!("Content-Length: {}\r\n", body.len());
+                reply = text.replacen(&cl, "", 1).into_bytes();
+            }
+            client
+                .write_all(&reply)
+                .await
+                .context("writing injected response")?;
+            let mut sent = if with_body { body.len() as u64 } else { 0 };
+            state.update(idx, |r| {
+                r.status = Some(status);
+                r.body_bytes = sent;
+            });
+            if let (Some(filler), true) = (endless, with_body) {
+                send_forever(&mut client, filler, &mut sent, state, idx).await;
+            }
+            return Ok(());
+        }
+        Some(FaultKind::Overflow) => overflow = true,
         Some(FaultKind::Delay(d)) => tokio::time::sleep(d).await,
         Some(FaultKind::DropAfter(n)) => limit = Some(n),
         Some(FaultKind::StallAfter { bytes, duration }) => {
@@ -251,7 +282,7 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
         let _ = tokio::io::copy(&mut cl_r, &mut up_w).await;
         let _ = up_w.shutdown().await;
     });
-    let result = relay_response(&mut up_r, &mut cl_w, state, idx, limit).await;
+    let result = relay_response(&mut up_r, &mut cl_w, state, idx, limit, overflow).await;
     body_up.abort();
     if let (Ok(true), Some(d)) = (&result, stall) {
         drop(busy);
@@ -268,12 +299,16 @@ async fn relay_response(
     state: &State,
     idx: usize,
     limit: Option<u64>,
+    overflow: bool,
 ) -> Result<bool> {
     let Some((mut head, mut pending)) = read_head(up).await? else {
         anyhow::bail!("upstream closed without a response");
     };
     state.update(idx, |r| r.status = head.status());
     close_after_exchange(&mut head);
+    if overflow {
+        head.remove("Content-Length");
+    }
     client
         .write_all(&head.to_bytes())
         .await
@@ -284,6 +319,9 @@ async fn relay_response(
         if pending.is_empty() {
             let n = up.read(&mut chunk).await.context("reading upstream body")?;
             if n == 0 {
+                if overflow {
+                    send_forever(client, 0, &mut sent, state, idx).await;
+                }
                 return Ok(false);
             }
             pending.extend_from_slice(&chunk[..n]);
@@ -301,6 +339,29 @@ async fn relay_response(
         pending.drain(..take);
         if limit == Some(sent) {
             return Ok(true);
+        }
+    }
+}
+
+/// Writes `filler` bytes until the client stops reading (or hangs up), counting them; gives up
+/// after 1 GiB, so a client that never stops cannot keep the proxy busy forever.
+async fn send_forever<W: AsyncWriteExt + Unpin>(
+    client: &mut W,
+    filler: u8,
+    sent: &mut u64,
+    state: &State,
+    idx: usize,
+) {
+    let chunk = vec![filler; 64 * 1024];
+    let start = *sent;
+    while *sent - start < 1 << 30 {
+        let write = client.write_all(&chunk);
+        match tokio::time::timeout(Duration::from_secs(10), write).await {
+            Ok(Ok(())) => {
+                *sent += chunk.len() as u64;
+                state.update(idx, |r| r.body_bytes = *sent);
+            }
+            _ => return,
         }
     }
 }

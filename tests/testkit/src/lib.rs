@@ -3,6 +3,7 @@
 //! to it, and throwaway OSTree sysroots deployed by the ostree CLI.
 //! For auth, TLS and fault tests: a CA made at test time, htpasswd and token
 //! auth on the registry, a bearer-token server and a fault-injecting proxy.
+//! For hostile images: raw tar layers, manifests and configs written byte by byte.
 
 mod auth;
 mod commit;
@@ -13,6 +14,7 @@ mod jwt;
 mod layer;
 mod oscontainer;
 mod push;
+mod raw;
 mod registry;
 mod registry_config;
 mod serve;
@@ -29,6 +31,7 @@ pub use oscontainer::{
     COMMIT_LABEL, DECOY_COMMIT,
 };
 pub use push::sha256_digest;
+pub use raw::{PushedRaw, RawEntry, RawImage, RawKind, RawLayer, RawTar, RepoTar};
 pub use registry::{AccessLogEntry, Registry};
 pub use registry_config::RegistryBuilder;
 pub use sysroot::{pivot_test_env, TestSysroot};

@@ -223,7 +223,7 @@ fn push_to(
 
 /// Creates the archive repo, commits the tree and points the refs at commits.
 /// A second and later ref gets its own commit (same tree, other version).
-fn build_repo(repo_dir: &Path, spec: &ImageSpec) -> Result<String> {
+pub(crate) fn build_repo(repo_dir: &Path, spec: &ImageSpec) -> Result<String> {
     let repo = ostree::Repo::new_for_path(repo_dir);
     repo.create(ostree::RepoMode::Archive, ostree::gio::Cancellable::NONE)
         .with_context(|| format!("creating archive repo {}", repo_dir.display()))?;

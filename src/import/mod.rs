@@ -1,0 +1,270 @@
+//! Importing the OSTree archive repo at `srv/repo` of an oscontainer's layers into the sysroot's
+//! repo, straight from the layer streams: each object is written into the caller's open
+//! transaction with its expected checksum, so libostree verifies every object and nothing of the
+//! image is unpacked to disk. Objects the repo already has are skipped.
+//!
+//! Hostile input is refused where it is parsed: every tar member is checked first
+//! ([`member`]), every layer's decompressed size is bounded ([`stream`]), every object must hash
+//! to its name ([`objects`]), and the repo's text files must be small, UTF-8 and free of NULs.
+
+mod member;
+mod objects;
+mod stream;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use ostree::gio;
+use ostree::glib;
+use ostree::ObjectType;
+
+use crate::image::{is_checksum, Compression};
+use member::{Member, MemberCheck};
+use objects::{object_name, write_object, Outcome};
+use stream::{decompress, ChunkReader, DECOMPRESSED_AHEAD};
+
+pub use stream::decompressed_limit;
+
+const REPO_DIR: &str = "srv/repo/";
+/// `srv/repo/config` and refs are a few lines of text.
+const MAX_TEXT: u64 = 1 << 20;
+
+/// Collects what the layers say about the repo while their objects are written.
+pub struct RepoImporter {
+    repo: ostree::Repo,
+    /// Contents of `srv/repo/config`, if any layer had it.
+    config: Option<String>,
+    /// ref name → checksum, from `srv/repo/refs/`.
+    refs: BTreeMap<String, String>,
+    members: MemberCheck,
+    pub objects_written: u64,
+    pub objects_skipped: u64,
+}
+
+impl RepoImporter {
+    /// `repo` must be in a transaction: objects only become visible when the caller commits it.
+    /// Several importers may write into one transaction from different threads.
+    pub fn new(repo: ostree::Repo) -> Self {
+        RepoImporter {
+            repo,
+            config: None,
+            refs: BTreeMap::new(),
+            members: MemberCheck::default(),
+            objects_written: 0,
+            objects_skipped: 0,
+        }
+    }
+
+    /// Takes in what `later` (the importer of the next layer) found: its config and refs win,
+    /// and its members are checked against the symlinks of the layers before it.
+    pub fn absorb(&mut self, later: RepoImporter) -> Result<()> {
+        self.members.absorb(later.members)?;
+        if later.config.is_some() {
+            self.config = later.config;
+        }
+        self.refs.extend(later.refs);
+        self.objects_written += later.objects_written;
+        self.objects_skipped += later.objects_skipped;
+        Ok(())
+    }
+
+    /// Imports one layer blob of `compressed_size` bytes (its descriptor's size, which bounds
+    /// how far it may decompress): a second thread decompresses it (and checks its digest) while
+    /// this one writes objects. The blob is read to its very end even when the import fails
+    /// early, because only then is its digest checked: a corrupted blob is reported as one, not
+    /// as whatever the corruption broke first.
+    pub fn import_blob(
+        &mut self,
+        blob: impl Read + Send,
+        compression: Compression,
+        compressed_size: u64,
+    ) -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(DECOMPRESSED_AHEAD);
+        std::thread::scope(|scope| {
+            let producer = scope.spawn(move || decompress(blob, compression, compressed_size, tx));
+            let imported = self.import_tar(ChunkReader::new(rx));
+            let produced = producer
+                .join()
+                .map_err(|_| anyhow!("the decompression thread panicked"))?;
+            match (produced, imported) {
+                // A bad blob or a broken stream explains whatever the import then tripped on.
+                (Err(e), _) => Err(e),
+                (Ok(()), imported) => imported,
+            }
+        })
+    }
+
+    /// Imports an uncompressed tar layer read from `reader` (the fuzzing entry point).
+    pub fn import_tar(&mut self, reader: impl Read) -> Result<()> {
+        let mut archive = tar::Archive::new(reader);
+        for entry in archive.entries().context("reading the layer as tar")? {
+            let mut entry = entry.context("reading the layer as tar")?;
+            let kind = entry.header().entry_type();
+            let mode = entry.header().mode().unwrap_or(0);
+            let link = entry.link_name_bytes().map(|l| l.into_owned());
+            let member = self
+                .members
+                .check(&entry.path_bytes(), kind, mode, link.as_deref())?;
+            let Member::RepoFile(rel) = member else {
+                continue;
+            };
+            let context = || format!("importing {REPO_DIR}{rel}");
+            if rel == "config" {
+                self.config = Some(read_text(&mut entry).with_context(context)?);
+            } else if let Some(name) = rel.strip_prefix("refs/heads/") {
+                self.read_ref(name.to_string(), &mut entry)
+                    .with_context(context)?;
+            } else if let Some(name) = rel.strip_prefix("refs/remotes/") {
+                let name = name.replacen('/', ":", 1);
+                self.read_ref(name, &mut entry).with_context(context)?;
+            } else if let Some(obj) = rel.strip_prefix("objects/") {
+                if let Some((checksum, ext)) = object_name(obj) {
+                    let size = entry.size();
+                    match write_object(&self.repo, &checksum, ext, &mut entry, size)
+                        .with_context(context)?
+                    {
+                        Outcome::Written => self.objects_written += 1,
+                        Outcome::Skipped => self.objects_skipped += 1,
+                        Outcome::Ignored => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_ref(&mut self, name: String, entry: &mut impl Read) -> Result<()> {
+        let target = read_text(entry)?.trim().to_string();
+        ensure!(
+            is_checksum(&target),
+            "ref {name} does not hold a commit checksum"
+        );
+        self.refs.insert(name, target);
+        Ok(())
+    }
+
+    /// Picks the commit to deploy (the label's, else the repo's single ref) and checks that
+    /// every object it reaches is now in the repo.
+    pub fn finish(self, commit_label: Option<&str>) -> Result<String> {
+        let Some(config) = &self.config else {
+            bail!("the image has no OSTree repository at {REPO_DIR} (no {REPO_DIR}config in any layer)");
+        };
+        let mode = repo_mode(config);
+        ensure!(
+            matches!(mode.as_deref(), Some("archive-z2" | "archive")),
+            "{REPO_DIR} is a {:?} repository; an oscontainer carries an archive repository",
+            mode.unwrap_or_default()
+        );
+        let commit = match commit_label {
+            Some(label) => label.to_string(),
+            None => match self.refs.len() {
+                0 => bail!(
+                    "the image has no {} label and its repository has no ref to fall back on",
+                    crate::image::COMMIT_LABEL
+                ),
+                1 => self.refs.values().next().unwrap().clone(),
+                _ => bail!(
+                    "the image has no {} label and its repository has several refs ({}): cannot tell which commit to deploy",
+                    crate::image::COMMIT_LABEL,
+                    self.refs.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            },
+        };
+        let cancellable = gio::Cancellable::NONE;
+        ensure!(
+            self.repo
+                .has_object(ObjectType::Commit, &commit, cancellable)?,
+            "commit {commit} is not in the image's repository"
+        );
+        verify_complete(&self.repo, &commit)?;
+        Ok(commit)
+    }
+}
+
+/// Every object reachable from `commit` must be present before the commit may be deployed.
+pub fn verify_complete(repo: &ostree::Repo, commit: &str) -> Result<()> {
+    // traverse_commit() quietly returns nothing for a commit that is not there at all.
+    ensure!(
+        repo.has_object(ObjectType::Commit, commit, gio::Cancellable::NONE)?,
+        "commit {commit} is not in the repo"
+    );
+    let objects = repo
+        .traverse_commit(commit, 0, gio::Cancellable::NONE)
+        .with_context(|| format!("commit {commit} is incomplete"))?;
+    for object in objects {
+        if object.object_type() == ObjectType::File
+            && !repo.has_object(ObjectType::File, object.checksum(), gio::Cancellable::NONE)?
+        {
+            bail!(
+                "commit {commit} is incomplete: file object {} is missing",
+                object.checksum()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The `staging-*` directories libostree keeps under the repo's `tmp/`.
+pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
+    std::fs::read_dir(tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("staging-"))
+        .collect()
+}
+
+/// Removes the staging directories that appeared since `before` and that no transaction holds:
+/// libostree keeps an aborted transaction's objects there for a later one to reuse, but a
+/// refused image must not leave its objects behind. A holder has `<name>-lock` open beside it.
+pub fn remove_new_staging_dirs(tmp: &Path, before: &BTreeSet<OsString>) {
+    for name in staging_dirs(tmp).difference(before) {
+        let name = name.to_string_lossy();
+        if name.ends_with("-lock") || tmp.join(format!("{name}-lock")).exists() {
+            continue;
+        }
+        if let Err(e) = std::fs::remove_dir_all(tmp.join(&*name)) {
+            tracing::warn!("could not free {}: {e}", tmp.join(&*name).display());
+        }
+    }
+}
+
+/// A small text file of the repo (its config, a ref): at most [`MAX_TEXT`] bytes of UTF-8
+/// without NUL (libostree and GLib take text as C strings).
+fn read_text(entry: &mut impl Read) -> Result<String> {
+    let mut data = Vec::new();
+    entry.take(MAX_TEXT + 1).read_to_end(&mut data)?;
+    ensure!(
+        data.len() as u64 <= MAX_TEXT,
+        "the file is larger than the {MAX_TEXT} bytes accepted"
+    );
+    ensure!(!data.contains(&0), "the file contains a NUL byte");
+    String::from_utf8(data).map_err(|_| anyhow!("the file is not UTF-8 text"))
+}
+
+/// `mode=` of the `[core]` group of an ostree repo config.
+fn repo_mode(config: &str) -> Option<String> {
+    let keyfile = glib::KeyFile::new();
+    keyfile
+        .load_from_data(config, glib::KeyFileFlags::NONE)
+        .ok()?;
+    keyfile.string("core", "mode").ok().map(|s| s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_mode_is_read_from_config() {
+        assert_eq!(
+            repo_mode("[core]\nrepo_version=1\nmode=archive-z2\n").as_deref(),
+            Some("archive-z2")
+        );
+        assert_eq!(repo_mode("garbage"), None);
+    }
+}

@@ -1,0 +1,284 @@
+//! Writing one archive-repo object file into the open transaction. libostree verifies each object
+//! against the checksum it is named by, except when the content it actually holds is already in
+//! the repo (libostree 2022.7 then returns success with the real checksum), so the checksum
+//! libostree returns is compared with the name as well.
+
+use std::io::Read;
+use std::ptr;
+
+use anyhow::{anyhow, ensure, Context, Result};
+use ostree::gio;
+use ostree::gio::prelude::IsA;
+use ostree::glib;
+use ostree::glib::translate::{from_glib_full, ToGlibPtr};
+use ostree::ObjectType;
+
+use super::stream::{ChunkReader, STREAM_CHUNK};
+
+/// Objects up to this size are written from memory; larger ones are streamed.
+const IN_MEMORY_OBJECT: u64 = 1 << 20;
+/// Commit, dirtree, dirmeta and detached metadata objects are small; this bounds what a hostile
+/// image can make pivot hold in memory.
+pub(super) const MAX_METADATA_OBJECT: u64 = 64 << 20;
+
+/// Whether an object file was written or the repo already had it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Written,
+    Skipped,
+    /// Not an object pivot imports (signatures, tombstones, …).
+    Ignored,
+}
+
+/// Writes the object file `entry` (of `size` bytes), named `checksum` + `.ext`.
+pub(super) fn write_object(
+    repo: &ostree::Repo,
+    checksum: &str,
+    ext: &str,
+    entry: &mut impl Read,
+    size: u64,
+) -> Result<Outcome> {
+    let objtype = match ext {
+        "commit" => ObjectType::Commit,
+        "dirtree" => ObjectType::DirTree,
+        "dirmeta" => ObjectType::DirMeta,
+        "filez" => ObjectType::File,
+        "commitmeta" => {
+            write_commitmeta(repo, checksum, entry, size)?;
+            return Ok(Outcome::Written);
+        }
+        // Signatures, tombstones and the like carry nothing a deployment needs.
+        _ => return Ok(Outcome::Ignored),
+    };
+    let cancellable = gio::Cancellable::NONE;
+    if repo.has_object(objtype, checksum, cancellable)? {
+        return Ok(Outcome::Skipped);
+    }
+    let actual = if objtype == ObjectType::File {
+        if size <= IN_MEMORY_OBJECT {
+            let data = read_all(entry, size)?;
+            let input = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(data));
+            write_filez(repo, checksum, &input, size)?
+        } else {
+            write_filez_streaming(repo, checksum, entry, size)?
+        }
+    } else {
+        let data = read_bounded(entry, size)?;
+        let variant = glib::Variant::from_bytes_with_type(
+            &glib::Bytes::from_owned(data),
+            metadata_type(objtype),
+        );
+        repo.write_metadata(objtype, Some(checksum), &variant, cancellable)
+            .context("writing metadata object")?
+            .to_hex()
+    };
+    ensure!(
+        actual == checksum,
+        "object {checksum}.{ext} holds content whose checksum is {actual}: its content does not match its name"
+    );
+    Ok(Outcome::Written)
+}
+
+fn write_commitmeta(
+    repo: &ostree::Repo,
+    checksum: &str,
+    entry: &mut impl Read,
+    size: u64,
+) -> Result<()> {
+    let data = read_bounded(entry, size)?;
+    let variant = glib::Variant::from_bytes_with_type(
+        &glib::Bytes::from_owned(data),
+        glib::VariantTy::VARDICT,
+    );
+    repo.write_commit_detached_metadata(checksum, Some(&variant), gio::Cancellable::NONE)
+        .context("writing detached commit metadata")
+}
+
+/// A metadata object's bytes, refusing sizes no real one has.
+fn read_bounded(entry: &mut impl Read, size: u64) -> Result<Vec<u8>> {
+    ensure!(
+        size <= MAX_METADATA_OBJECT,
+        "metadata object of {size} bytes is larger than the {MAX_METADATA_OBJECT} accepted"
+    );
+    read_all(entry, size)
+}
+
+fn read_all(entry: &mut impl Read, size: u64) -> Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(size as usize);
+    entry.take(size).read_to_end(&mut data)?;
+    Ok(data)
+}
+
+/// Writes an archive-z2 "filez" object (a header, then zlib-compressed content) with libostree
+/// checking it hashes to `checksum`; returns the checksum libostree computed.
+fn write_filez(
+    repo: &ostree::Repo,
+    checksum: &str,
+    input: &impl IsA<gio::InputStream>,
+    size: u64,
+) -> Result<String> {
+    let (content, info, xattrs) =
+        parse_content_stream(input, size).context("parsing archived file object")?;
+    let (stream, length) = raw_file_to_content_stream(content.as_ref(), &info, xattrs.as_ref())
+        .context("reading archived file object")?;
+    let written = repo
+        .write_content(Some(checksum), &stream, length, gio::Cancellable::NONE)
+        .context("writing file object")?;
+    Ok(written.to_hex())
+}
+
+/// `ostree_content_stream_parse()`. The ostree bindings return its content stream as an object,
+/// but for a symlink it is NULL; here it is an `Option`.
+fn parse_content_stream(
+    input: &impl IsA<gio::InputStream>,
+    size: u64,
+) -> Result<
+    (
+        Option<gio::InputStream>,
+        gio::FileInfo,
+        Option<glib::Variant>,
+    ),
+    glib::Error,
+> {
+    // SAFETY: plain out-parameters of a C function, each owned (transfer full) on success.
+    unsafe {
+        let mut content = ptr::null_mut();
+        let mut info = ptr::null_mut();
+        let mut xattrs = ptr::null_mut();
+        let mut error = ptr::null_mut();
+        let ok = ostree::ffi::ostree_content_stream_parse(
+            glib::ffi::GTRUE,
+            input.as_ref().to_glib_none().0,
+            size,
+            glib::ffi::GFALSE,
+            &mut content,
+            &mut info,
+            &mut xattrs,
+            ptr::null_mut(),
+            &mut error,
+        );
+        if ok == glib::ffi::GFALSE || info.is_null() {
+            let content: Option<gio::InputStream> = from_glib_full(content);
+            let xattrs: Option<glib::Variant> = from_glib_full(xattrs);
+            drop((content, xattrs));
+            return Err(if error.is_null() {
+                glib::Error::new(gio::IOErrorEnum::Failed, "no file info in file object")
+            } else {
+                from_glib_full(error)
+            });
+        }
+        Ok((
+            from_glib_full(content),
+            from_glib_full(info),
+            from_glib_full(xattrs),
+        ))
+    }
+}
+
+/// `ostree_raw_file_to_content_stream()`, taking a symlink's absent content stream as `None`.
+fn raw_file_to_content_stream(
+    content: Option<&gio::InputStream>,
+    info: &gio::FileInfo,
+    xattrs: Option<&glib::Variant>,
+) -> Result<(gio::InputStream, u64), glib::Error> {
+    // SAFETY: arguments are borrowed for the call; the out stream is owned on success.
+    unsafe {
+        let mut stream = ptr::null_mut();
+        let mut length = 0u64;
+        let mut error = ptr::null_mut();
+        let ok = ostree::ffi::ostree_raw_file_to_content_stream(
+            content.to_glib_none().0,
+            info.to_glib_none().0,
+            xattrs.to_glib_none().0,
+            &mut stream,
+            &mut length,
+            ptr::null_mut(),
+            &mut error,
+        );
+        if ok == glib::ffi::GFALSE || stream.is_null() {
+            return Err(if error.is_null() {
+                glib::Error::new(gio::IOErrorEnum::Failed, "no content stream")
+            } else {
+                from_glib_full(error)
+            });
+        }
+        Ok((from_glib_full(stream), length))
+    }
+}
+
+/// A large file object streams from the tar member to libostree through a small channel, so
+/// memory stays bounded whatever the file's size: libostree reads on a helper thread while this
+/// one feeds it.
+fn write_filez_streaming(
+    repo: &ostree::Repo,
+    checksum: &str,
+    entry: &mut impl Read,
+    size: u64,
+) -> Result<String> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+    std::thread::scope(|scope| {
+        let repo = repo.clone();
+        let writer = scope.spawn(move || {
+            let input = gio::ReadInputStream::new(ChunkReader::new(rx));
+            write_filez(&repo, checksum, &input, size)
+        });
+        let mut fed = Ok(());
+        loop {
+            let mut chunk = vec![0; STREAM_CHUNK];
+            match entry.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    chunk.truncate(n);
+                    // The writer stopped early (it failed): its error says why.
+                    if tx.send(chunk).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    fed = Err(anyhow!(e));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let written = writer
+            .join()
+            .map_err(|_| anyhow!("the object writer panicked"))?;
+        match (fed, written) {
+            (Err(e), _) => Err(e),
+            (Ok(()), written) => written,
+        }
+    })
+}
+
+fn metadata_type(objtype: ObjectType) -> &'static glib::VariantTy {
+    let ty = match objtype {
+        ObjectType::Commit => "(a{sv}aya(say)sstayay)",
+        ObjectType::DirTree => "(a(say)a(sayay))",
+        _ => "(uuua(ayay))",
+    };
+    glib::VariantTy::new(ty).expect("static variant type")
+}
+
+/// `ab/cdef….ext` → (`abcdef…`, `ext`) for a well-formed object path.
+pub(super) fn object_name(rel: &str) -> Option<(String, &str)> {
+    let (prefix, file) = rel.split_once('/')?;
+    let (rest, ext) = file.split_once('.')?;
+    let checksum = format!("{prefix}{rest}");
+    (prefix.len() == 2 && crate::image::is_checksum(&checksum)).then_some((checksum, ext))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_paths_are_recognised() {
+        let hex = "ab".to_string() + &"c".repeat(62);
+        let path = format!("ab/{}.filez", "c".repeat(62));
+        let (csum, ext) = object_name(&path).unwrap();
+        assert_eq!((csum.as_str(), ext), (hex.as_str(), "filez"));
+        assert!(object_name("ab/short.filez").is_none());
+        assert!(object_name(&format!("abc/{}.filez", &"c".repeat(61))).is_none());
+    }
+}

@@ -1,0 +1,131 @@
+//! Decompressing a layer on its own thread, bounded: a layer may not decompress to more than
+//! [`decompressed_limit`] of its compressed size, so a decompression bomb is refused instead of
+//! being read for hours.
+
+use std::io::{self, Read};
+use std::sync::mpsc::{Receiver, SyncSender};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::image::Compression;
+
+pub(super) const STREAM_CHUNK: usize = 128 << 10;
+/// Decompressed chunks buffered between the two threads (each [`STREAM_CHUNK`]).
+pub(super) const DECOMPRESSED_AHEAD: usize = 8;
+
+/// How far a layer of `compressed` bytes may decompress: 32 times its size plus 64 MiB. Real
+/// OS content compresses 2–5×; only runs of nothing compress further.
+pub fn decompressed_limit(compressed: u64) -> u64 {
+    compressed.saturating_mul(32).saturating_add(64 << 20)
+}
+
+/// Sends the decompressed layer in chunks, then reads the rest of the blob, so that its digest
+/// is checked even when the consumer stopped early.
+pub(super) fn decompress(
+    mut blob: impl Read,
+    compression: Compression,
+    compressed_size: u64,
+    tx: SyncSender<Vec<u8>>,
+) -> Result<()> {
+    let limit = decompressed_limit(compressed_size);
+    let sent = (|| -> Result<()> {
+        let mut decoder: Box<dyn Read + '_> = match compression {
+            Compression::None => Box::new(&mut blob),
+            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut blob)),
+            Compression::Zstd => {
+                Box::new(zstd::Decoder::new(&mut blob).context("starting zstd decompression")?)
+            }
+        };
+        let mut total = 0u64;
+        loop {
+            let mut chunk = vec![0; STREAM_CHUNK];
+            let n = decoder
+                .read(&mut chunk)
+                .context("decompressing the layer")?;
+            if n == 0 {
+                return Ok(());
+            }
+            total += n as u64;
+            if total > limit {
+                bail!(
+                    "the layer decompresses to more than {limit} bytes, the most pivot accepts for {compressed_size} compressed bytes (32× plus 64 MiB): refusing a decompression bomb"
+                );
+            }
+            chunk.truncate(n);
+            if tx.send(chunk).is_err() {
+                return Ok(()); // The importer stopped; its error says why.
+            }
+        }
+    })();
+    drop(tx);
+    let drained = io::copy(&mut blob, &mut io::sink());
+    match (drained, sent) {
+        (Err(e), _) => Err(anyhow!(e)),
+        (Ok(_), sent) => sent,
+    }
+}
+
+/// A `Read` over chunks sent by another thread; end of file when the sender is gone.
+pub(super) struct ChunkReader {
+    rx: Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    pos: usize,
+}
+
+impl ChunkReader {
+    pub fn new(rx: Receiver<Vec<u8>>) -> ChunkReader {
+        ChunkReader {
+            rx,
+            current: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.current.len() {
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.current = chunk;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_decompression_bomb_is_refused() {
+        // 100 MiB of zeros gzip to about 100 KiB: far beyond 32× plus 64 MiB.
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..100 {
+            enc.write_all(&zeros).unwrap();
+        }
+        let blob = enc.finish().unwrap();
+        let (tx, rx) = std::sync::mpsc::sync_channel(DECOMPRESSED_AHEAD);
+        let consumer =
+            std::thread::spawn(move || io::copy(&mut ChunkReader::new(rx), &mut io::sink()));
+        let err = decompress(&blob[..], Compression::Gzip, blob.len() as u64, tx).unwrap_err();
+        assert!(err.to_string().contains("decompression bomb"), "{err:#}");
+        assert!(consumer.join().unwrap().unwrap() <= decompressed_limit(blob.len() as u64));
+    }
+
+    #[test]
+    fn the_limit_leaves_room_for_real_layers() {
+        assert_eq!(decompressed_limit(0), 64 << 20);
+        assert_eq!(decompressed_limit(1 << 20), (32 << 20) + (64 << 20));
+        assert_eq!(decompressed_limit(u64::MAX), u64::MAX);
+    }
+}
