@@ -27,26 +27,28 @@ pub struct Target {
     pub version: String,
 }
 
+/// One event at `level`, with the target's fields.
+macro_rules! event {
+    ($level:expr, $id:expr, $target:expr, $message:expr) => {
+        tracing::event!(
+            $level,
+            message_id = $id,
+            pivot_image = $target.image.as_str(),
+            pivot_digest = $target.digest.as_str(),
+            pivot_commit = $target.commit.as_str(),
+            pivot_version = $target.version.as_str(),
+            "{}",
+            $message
+        )
+    };
+}
+
 pub fn info(id: &str, target: &Target, message: &str) {
-    tracing::info!(
-        message_id = id,
-        pivot_image = target.image.as_str(),
-        pivot_digest = target.digest.as_str(),
-        pivot_commit = target.commit.as_str(),
-        pivot_version = target.version.as_str(),
-        "{message}"
-    );
+    event!(tracing::Level::INFO, id, target, message);
 }
 
 pub fn error(id: &str, target: &Target, message: &str) {
-    tracing::error!(
-        message_id = id,
-        pivot_image = target.image.as_str(),
-        pivot_digest = target.digest.as_str(),
-        pivot_commit = target.commit.as_str(),
-        pivot_version = target.version.as_str(),
-        "{message}"
-    );
+    event!(tracing::Level::ERROR, id, target, message);
 }
 
 /// An error already written to the log as a [`FAILED`] event, so `main` does not repeat it.

@@ -47,13 +47,7 @@ fn check_with_the_commit_already_in_the_repo_has_nothing_to_download() {
     let v2 = env.push_v2();
     // v2 was pivoted to (kept under a ref), then its deployment went away: the commit stays.
     assert_success(&env.pivot(&["--keep", &v2.by_tag]));
-    let undeploy = std::process::Command::new("ostree")
-        .args(["admin", "undeploy", "0", "--sysroot"])
-        .arg(&env.sysroot.path)
-        .envs(pivot_testkit::pivot_test_env())
-        .output()
-        .unwrap();
-    assert!(undeploy.status.success(), "{undeploy:?}");
+    env.undeploy(0);
 
     let out = env.pivot(&["--check", &v2.by_tag]);
     assert_success(&out);

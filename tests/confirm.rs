@@ -30,13 +30,7 @@ fn deployment_lost_before_boot_is_reported_once_naming_finalize_staged() {
     let v2 = env.push_v2();
     assert_success(&env.pivot(&[&v2.by_tag]));
     // What a failed ostree-finalize-staged leaves: the new deployment never made it to disk.
-    let undeploy = std::process::Command::new("ostree")
-        .args(["admin", "undeploy", "0", "--sysroot"])
-        .arg(&env.sysroot.path)
-        .envs(pivot_testkit::pivot_test_env())
-        .output()
-        .unwrap();
-    assert!(undeploy.status.success(), "{undeploy:?}");
+    env.undeploy(0);
 
     let out = env.subcommand("confirm", &[]);
     assert_fails_with(

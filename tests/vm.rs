@@ -54,6 +54,31 @@ fn disk(s: &Scenario, images: &Images, edits: EtcEdits) -> Result<std::path::Pat
     Ok(qcow2)
 }
 
+/// A scenario's start: v2 pushed to a fresh registry, and a machine (not yet booted) on a fresh
+/// v1 disk whose /etc gets `edits(&v2)`.
+struct Start {
+    images: &'static Images,
+    registry: Registry,
+    v2: Pushed,
+    qcow2: std::path::PathBuf,
+    m: Machine,
+}
+
+fn start(s: &Scenario, edits: impl FnOnce(&Pushed) -> EtcEdits) -> Result<Start> {
+    let images = images::get()?;
+    let registry = Registry::start()?;
+    let v2 = push_v2(&registry, images)?;
+    let qcow2 = disk(s, images, edits(&v2))?;
+    let m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+    Ok(Start {
+        images,
+        registry,
+        v2,
+        qcow2,
+        m,
+    })
+}
+
 fn one<'d>(
     list: &'d [Deployment],
     what: &str,
@@ -213,14 +238,17 @@ fn assert_journal_boots(
 #[test]
 fn first_boot_pivot() {
     scenario::run("first-boot-pivot", |s| {
-        let images = images::get()?;
-        let registry = Registry::start()?;
-        let v2 = push_v2(&registry, images)?;
-        let edits = EtcEdits::default()
-            .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
-            .file(ETC_EDIT, ETC_EDIT_TEXT);
-        let qcow2 = disk(s, images, edits)?;
-        let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+        let Start {
+            images,
+            registry: _registry,
+            v2,
+            qcow2,
+            mut m,
+        } = start(s, |v2| {
+            EtcEdits::default()
+                .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
+                .file(ETC_EDIT, ETC_EDIT_TEXT)
+        })?;
 
         // Boot 1: pivot.service pulls, stages and reboots by itself, before kubelet may start.
         let boot1 = m.wait_boot(m.scaled(100))?;
@@ -328,11 +356,13 @@ fn first_boot_pivot() {
 #[test]
 fn admin_pivot() {
     scenario::run("admin-pivot", |s| {
-        let images = images::get()?;
-        let registry = Registry::start()?;
-        let v2 = push_v2(&registry, images)?;
-        let qcow2 = disk(s, images, EtcEdits::default())?;
-        let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+        let Start {
+            images,
+            registry: _registry,
+            v2,
+            qcow2,
+            mut m,
+        } = start(s, |_| EtcEdits::default())?;
 
         let boot1 = m.wait_boot(m.scaled(100))?;
         m.base_checks()?;
@@ -612,11 +642,13 @@ fn bad_image() {
 #[test]
 fn hard_reset_mid_pivot() {
     scenario::run("hard-reset-mid-pivot", |s| {
-        let images = images::get()?;
-        let registry = Registry::start()?;
-        let v2 = push_v2(&registry, images)?;
-        let qcow2 = disk(s, images, EtcEdits::default())?;
-        let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+        let Start {
+            images,
+            registry: _registry,
+            v2,
+            qcow2,
+            mut m,
+        } = start(s, |_| EtcEdits::default())?;
         m.wait_boot(m.scaled(100))?;
         m.base_checks()?;
         assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;

@@ -126,6 +126,17 @@ impl Env {
             .envs(pivot_testkit::pivot_test_env());
     }
 
+    /// `ostree admin undeploy <index>`: the deployment goes, its commit stays in the repo.
+    pub fn undeploy(&self, index: usize) {
+        let out = Command::new("ostree")
+            .args(["admin", "undeploy", &index.to_string(), "--sysroot"])
+            .arg(&self.sysroot.path)
+            .envs(pivot_testkit::pivot_test_env())
+            .output()
+            .expect("running ostree admin undeploy");
+        assert!(out.status.success(), "ostree admin undeploy: {out:?}");
+    }
+
     /// The deployment directory at `index` in boot order.
     pub fn deployment(&self, index: usize) -> PathBuf {
         self.sysroot.deployment_path(index).unwrap()
