@@ -484,3 +484,60 @@ fn two_pivots_at_once_make_one_deployment() {
         "{both}"
     );
 }
+
+#[test]
+fn files_pivot_writes_under_var_and_in_the_repo_are_private() {
+    use pivot_testkit::{Fault, FaultProxy};
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    let mut env = Env::new();
+    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &noise(1 << 20));
+    let v2 = env.push("v2", &ImageSpec::new(tree, "2"));
+    let blob = &v2.layer_digests[0];
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    proxy.add_fault(
+        Fault::stall_after(&format!("/blobs/{blob}"), 100_000, Duration::from_secs(300))
+            .method("GET"),
+    );
+    insecure_via(&mut env, &proxy);
+    let pullspec = format!("{}/pivot/os:v2", proxy.host());
+
+    // A download in progress is spooled in a private directory.
+    let mut child = env.spawn_pivot(&["--retry-timeout", "60", &pullspec]);
+    let spools = env.sysroot.repo_path().join("tmp/pivot-downloads");
+    let spool = spools.join(format!("{}.partial", blob.replace(':', "-")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&spool).map(|m| m.len()).unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "nothing was spooled");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(mode(&spools), 0o700);
+    assert_eq!(mode(&spool), 0o600);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    assert_success(&env.pivot(&["--retry-timeout", "60", &pullspec]));
+    let state = env.sysroot.path.join(format!(
+        "ostree/deploy/{STATEROOT}/var/lib/pivot/state.json"
+    ));
+    assert_eq!(mode(&state), 0o600);
+    assert_eq!(mode(state.parent().unwrap()), 0o700);
+    // Only pivot's own directory is closed: /var/lib stays readable to other services.
+    assert_eq!(
+        mode(state.parent().unwrap().parent().unwrap()) & 0o055,
+        0o055
+    );
+    // No temporary state file was left behind.
+    let names: Vec<_> = std::fs::read_dir(state.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["state.json"]);
+}
