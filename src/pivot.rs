@@ -414,6 +414,9 @@ impl Job {
         let commit = match self.os.commit_label.as_deref() {
             Some(c) if import::verify_complete(&repo, c).is_ok() => {
                 tracing::info!(commit = %c, "commit {c} is already in the repo: nothing to download");
+                // A run killed right after committing the import left the mark on; it is whole.
+                repo.mark_commit_partial(c, false)
+                    .with_context(|| format!("marking commit {c} complete"))?;
                 c.to_string()
             }
             _ => self
@@ -490,19 +493,27 @@ impl Job {
             importer
                 .import_blob(reader, layer.compression)
                 .with_context(context)?;
-            spools.remove(digest);
+            // The spool stays until the transaction commits: a run killed before that replays
+            // this layer from disk instead of downloading it again.
         }
         let (written, skipped) = (importer.objects_written, importer.objects_skipped);
         let commit = importer.finish(self.os.commit_label.as_deref())?;
+        // Committing moves the objects into place one by one: until it is done, the commit is
+        // marked partial, so that after a kill in between neither fsck nor the next run takes
+        // the commit for a whole one.
+        repo.mark_commit_partial(&commit, true)
+            .context("marking the commit partial")?;
         tx.commit(gio::Cancellable::NONE)
             .context("committing the imported objects")?;
+        repo.mark_commit_partial(&commit, false)
+            .context("marking the commit complete")?;
         tracing::info!(commit = %commit, "imported {commit}: {written} objects written, {skipped} already present");
         Ok(commit)
     }
 }
 
-/// Partial layer downloads under the repo's `tmp/pivot-downloads/`, kept only while a run is in
-/// progress, so that a run that is killed can be resumed by the next one.
+/// Layer downloads, partial or whole, under the repo's `tmp/pivot-downloads/`, kept until the
+/// import commits or fails, so that a run that is killed can be resumed by the next one.
 struct Spools {
     dir: PathBuf,
 }
@@ -528,10 +539,6 @@ impl Spools {
 
     fn path(&self, digest: &str) -> Option<PathBuf> {
         Some(self.dir.join(spool_name(digest)))
-    }
-
-    fn remove(&self, digest: &str) {
-        let _ = std::fs::remove_file(self.dir.join(spool_name(digest)));
     }
 
     fn remove_all(&self) {
