@@ -270,6 +270,7 @@ impl Run<'_> {
         );
 
         let job = Job {
+            seen: deployment_ids(&self.local.deployments),
             sysroot: self.opts.sysroot.clone(),
             stateroot: self.local.stateroot.clone(),
             pullspec: self.image.to_string(),
@@ -380,6 +381,8 @@ impl Run<'_> {
 
 /// The part of a pivot that runs on one blocking thread, owning the libostree objects.
 struct Job {
+    /// The deployments as this run found them before taking the sysroot lock.
+    seen: Vec<String>,
     sysroot: PathBuf,
     stateroot: String,
     pullspec: String,
@@ -409,6 +412,18 @@ impl Job {
         {
             tracing::info!("the target was deployed while waiting for the sysroot lock");
             return Ok(None);
+        }
+        // Anything else that changed meanwhile (another pivot deployed another target, an admin
+        // ran ostree admin) makes this run's view stale: its merge deployment, what it took as
+        // current. Deploying on top of that could drop the deployment just made; start over.
+        let now = deployment_ids(&current);
+        if now != self.seen {
+            tracing::info!(
+                "deployments before waiting for the lock: {}; now: {}",
+                self.seen.join(", "),
+                now.join(", ")
+            );
+            bail!("the deployments changed while waiting for the sysroot lock; run pivot again");
         }
         let repo = sysroot.repo();
         let commit = match self.os.commit_label.as_deref() {
@@ -544,6 +559,22 @@ impl Spools {
     fn remove_all(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Deployments as `stateroot/checksum.serial` (staged ones marked), in boot order.
+fn deployment_ids(deployments: &[DeploymentInfo]) -> Vec<String> {
+    deployments
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}.{}{}",
+                d.stateroot,
+                d.checksum,
+                d.serial,
+                if d.staged { " (staged)" } else { "" }
+            )
+        })
+        .collect()
 }
 
 fn spool_name(digest: &str) -> String {
