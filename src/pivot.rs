@@ -24,6 +24,7 @@ use crate::import::{self, RepoImporter};
 use crate::progress::Progress;
 use crate::reference::ImageRef;
 use crate::registry::{self, Access, Registry};
+use crate::space;
 use crate::state::{Attempt, State, StateFile, MAX_ATTEMPTS};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
@@ -434,10 +435,13 @@ impl Job {
                     .with_context(|| format!("marking commit {c} complete"))?;
                 c.to_string()
             }
-            _ => self
-                .import(&repo)
-                .with_context(|| format!("pulling {}", self.pullspec))?,
+            _ => {
+                self.check_space(&repo)?;
+                self.import(&repo)
+                    .with_context(|| format!("pulling {}", self.pullspec))?
+            }
         };
+        space::check_boot(&self.sysroot, &self.stateroot, &repo, &commit)?;
         if self.keep {
             let name = format!("pivot/{}", self.image.repository);
             repo.set_ref_immediate(None, &name, Some(&commit), gio::Cancellable::NONE)
@@ -457,6 +461,29 @@ impl Job {
         let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin)
             .with_context(|| format!("deploying commit {commit}"))?;
         Ok(Some((commit, deployed)))
+    }
+
+    /// Refuses, before any layer is downloaded, an import the repo's filesystem has no room for.
+    fn check_space(&self, repo: &ostree::Repo) -> Result<()> {
+        // As people know it (libostree's own path for the repo is a /proc/self/fd one).
+        let repo_path = self.sysroot.join("ostree/repo");
+        let spools = repo_path.join(Spools::DIR);
+        let layers: Vec<space::Layer> = self
+            .os
+            .layers
+            .iter()
+            .map(|l| {
+                let size = l.descriptor.size.max(0) as u64;
+                let spooled = std::fs::metadata(spools.join(spool_name(&l.descriptor.digest)))
+                    .map(|m| m.len())
+                    .unwrap_or(0);
+                space::Layer {
+                    size,
+                    spooled: if spooled <= size { spooled } else { 0 },
+                }
+            })
+            .collect();
+        space::check_repo(repo, &repo_path, &layers)
     }
 
     /// Streams every layer into one transaction; nothing is committed unless all layers verified
