@@ -476,6 +476,7 @@ impl PivotRun {
             _ => None,
         };
         let mut reading = true;
+        let mut held_since: Option<Instant> = None;
         let deadline = self.started + Duration::from_secs(120);
         loop {
             let now = Instant::now();
@@ -491,8 +492,10 @@ impl PivotRun {
                 out.stderr = std::fs::read_to_string(self.stderr_path.path()).unwrap_or_default();
                 return out;
             }
-            if out.held_at_done {
-                if self.blocked_on_the_pipe() {
+            if let Some(since) = held_since {
+                // Where /proc does not tell, the write has long blocked after a few seconds
+                // (nothing is left to do but write `done`).
+                if self.blocked_on_the_pipe() || since.elapsed() > Duration::from_secs(5) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -519,6 +522,7 @@ impl PivotRun {
                     // Stop reading and fill the pipe: pivot's next event (`done`) blocks.
                     self.fill_pipe();
                     out.held_at_done = true;
+                    held_since = Some(Instant::now());
                     reading = false;
                 }
                 if pfd.revents & libc::POLLHUP != 0 && pfd.revents & libc::POLLIN == 0 {
