@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use bytes::Bytes;
@@ -149,10 +150,11 @@ impl Read for BlobReader {
     }
 }
 
-/// Opens `path` for replay and append; a spool longer than the blob is discarded.
+/// Opens `path` for replay and append; a spool longer than the blob is discarded. Spools hold
+/// image content that is not yet in the repo: the file is 0600 and its directory 0700.
 fn open_spool(path: &Path, size: u64) -> io::Result<(Option<File>, Option<File>, u64)> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::state::private_dir(dir).map_err(io::Error::other)?;
     }
     let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let keep = existing <= size;
@@ -161,7 +163,12 @@ fn open_spool(path: &Path, size: u64) -> io::Result<(Option<File>, Option<File>,
         .append(keep)
         .write(true)
         .truncate(!keep)
+        .mode(0o600)
         .open(path)?;
+    let private = std::fs::Permissions::from_mode(0o600);
+    if writer.metadata()?.permissions().mode() & 0o777 != 0o600 {
+        writer.set_permissions(private)?;
+    }
     if !keep || existing == 0 {
         return Ok((None, Some(writer), 0));
     }

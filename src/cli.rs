@@ -102,8 +102,8 @@ pub struct PivotArgs {
     /// Seconds a run may spend retrying transient registry faults before it fails.
     #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
     pub retry_timeout: u64,
-    /// Keep the bytes of layers being downloaded on disk so that a killed pivot resumes them
-    /// (--partial-downloads=false saves that disk space: at most the two largest compressed layers).
+    /// Keep downloaded layer bytes on disk until the import commits, so that a killed pivot
+    /// resumes them (--partial-downloads=false saves that space: about the compressed image).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub partial_downloads: bool,
     /// Add a kernel argument to the new deployment (repeatable; whole-token match, see

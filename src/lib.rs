@@ -1,7 +1,9 @@
 //! pivot: move an OSTree node onto the OS inside an oscontainer image.
 //!
 //! One module per stage: [`reference`] → [`registry`] → [`image`] → [`import`] → [`deploy`] →
-//! [`state`]; [`status`] reads deployments and state, [`confirm`] checks at boot that a pivot took effect; [`cli`], [`logging`] and [`reboot`] are the
+//! [`state`]; [`space`] checks free space before the import and the deployment; [`status`]
+//! reads deployments and state, [`confirm`] checks at boot that a pivot took effect; [`cli`],
+//! [`logging`], [`events`] and [`reboot`] are the
 //! edges to people, journald and systemd.
 
 pub mod blob_reader;
@@ -21,5 +23,6 @@ pub mod reboot;
 pub mod reference;
 pub mod registry;
 pub mod retry;
+pub mod space;
 pub mod state;
 pub mod status;

@@ -27,6 +27,7 @@ use crate::kargs::{self, Edit};
 use crate::progress::Progress;
 use crate::reference::ImageRef;
 use crate::registry::{self, Access, Registry};
+use crate::space;
 use crate::state::{Attempt, State, StateFile, MAX_ATTEMPTS};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
@@ -337,6 +338,7 @@ impl Run<'_> {
     ) -> Result<Outcome> {
         let digest = os.digest.clone();
         let job = Job {
+            seen: deployment_ids(&self.local.deployments),
             sysroot: self.opts.sysroot.clone(),
             stateroot: self.local.stateroot.clone(),
             pullspec: self.image.to_string(),
@@ -546,6 +548,8 @@ impl Run<'_> {
 
 /// The part of a pivot that runs on one blocking thread, owning the libostree objects.
 struct Job {
+    /// The deployments as this run found them before taking the sysroot lock.
+    seen: Vec<String>,
     sysroot: PathBuf,
     stateroot: String,
     pullspec: String,
@@ -582,16 +586,34 @@ impl Job {
             tracing::info!("the target was deployed while waiting for the sysroot lock");
             return Ok(None);
         }
+        // Anything else that changed meanwhile (another pivot deployed another target, an admin
+        // ran ostree admin) makes this run's view stale: its merge deployment, what it took as
+        // current. Deploying on top of that could drop the deployment just made; start over.
+        let now = deployment_ids(&current);
+        if now != self.seen {
+            tracing::info!(
+                "deployments before waiting for the lock: {}; now: {}",
+                self.seen.join(", "),
+                now.join(", ")
+            );
+            bail!("the deployments changed while waiting for the sysroot lock; run pivot again");
+        }
         let repo = sysroot.repo();
         let commit = match self.os.commit_label.as_deref() {
             Some(c) if import::verify_complete(&repo, c).is_ok() => {
                 tracing::info!("commit {c} is already in the repo: nothing to download");
+                // A run killed right after committing the import left the mark on; it is whole.
+                repo.mark_commit_partial(c, false)
+                    .with_context(|| format!("marking commit {c} complete"))?;
                 c.to_string()
             }
-            _ => self
-                .import(&repo)
-                .with_context(|| format!("pulling {}", self.pullspec))?,
+            _ => {
+                self.check_space(&repo)?;
+                self.import(&repo)
+                    .with_context(|| format!("pulling {}", self.pullspec))?
+            }
         };
+        space::check_boot(&self.sysroot, &self.stateroot, &repo, &commit)?;
         let mut refs = Vec::new();
         if self.keep || self.download_only {
             refs.push(format!("pivot/{}", self.image.repository));
@@ -620,6 +642,29 @@ impl Job {
         let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
             .with_context(|| format!("deploying commit {commit}"))?;
         Ok(Some((commit, Some(deployed))))
+    }
+
+    /// Refuses, before any layer is downloaded, an import the repo's filesystem has no room for.
+    fn check_space(&self, repo: &ostree::Repo) -> Result<()> {
+        // As people know it (libostree's own path for the repo is a /proc/self/fd one).
+        let repo_path = self.sysroot.join("ostree/repo");
+        let spools = repo_path.join(Spools::DIR);
+        let layers: Vec<space::Layer> = self
+            .os
+            .layers
+            .iter()
+            .map(|l| {
+                let size = l.descriptor.size.max(0) as u64;
+                let spooled = std::fs::metadata(spools.join(spool_name(&l.descriptor.digest)))
+                    .map(|m| m.len())
+                    .unwrap_or(0);
+                space::Layer {
+                    size,
+                    spooled: if spooled <= size { spooled } else { 0 },
+                }
+            })
+            .collect();
+        space::check_repo(repo, &repo_path, &layers)
     }
 
     /// Streams every layer into one transaction; nothing is committed unless all layers verified
@@ -662,8 +707,15 @@ impl Job {
         }
         let (written, skipped) = (importer.objects_written, importer.objects_skipped);
         let commit = importer.finish(self.os.commit_label.as_deref())?;
+        // Committing moves the objects into place one by one: until it is done, the commit is
+        // marked partial, so that after a kill in between neither fsck nor the next run takes
+        // the commit for a whole one.
+        repo.mark_commit_partial(&commit, true)
+            .context("marking the commit partial")?;
         tx.commit(gio::Cancellable::NONE)
             .context("committing the imported objects")?;
+        repo.mark_commit_partial(&commit, false)
+            .context("marking the commit complete")?;
         tracing::info!("imported {commit}: {written} objects written, {skipped} already present");
         Ok(commit)
     }
@@ -730,7 +782,8 @@ impl Job {
         importer
             .import_blob(reader, layer.compression, size)
             .with_context(context)?;
-        spools.remove(digest);
+        // The spool stays until the transaction commits: a run killed before that replays
+        // this layer from disk instead of downloading it again.
         Ok(importer)
     }
 }
@@ -746,8 +799,8 @@ fn downloaded_ref(digest: &str) -> String {
 /// spooled bytes on a 2-core node.
 pub const PARALLEL_LAYERS: usize = 2;
 
-/// Partial layer downloads under the repo's `tmp/pivot-downloads/`, kept only while a run is in
-/// progress, so that a run that is killed can be resumed by the next one.
+/// Layer downloads, partial or whole, under the repo's `tmp/pivot-downloads/`, kept until the
+/// import commits or fails, so that a run that is killed can be resumed by the next one.
 struct Spools {
     dir: PathBuf,
     enabled: bool,
@@ -776,13 +829,25 @@ impl Spools {
         self.enabled.then(|| self.dir.join(spool_name(digest)))
     }
 
-    fn remove(&self, digest: &str) {
-        let _ = std::fs::remove_file(self.dir.join(spool_name(digest)));
-    }
-
     fn remove_all(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Deployments as `stateroot/checksum.serial` (staged ones marked), in boot order.
+fn deployment_ids(deployments: &[DeploymentInfo]) -> Vec<String> {
+    deployments
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}.{}{}",
+                d.stateroot,
+                d.checksum,
+                d.serial,
+                if d.staged { " (staged)" } else { "" }
+            )
+        })
+        .collect()
 }
 
 fn spool_name(digest: &str) -> String {

@@ -28,14 +28,6 @@ fn first_layer<'i>(env: &Env, image: &'i pivot_testkit::PushedImage) -> (&'i Str
     (blob, size)
 }
 
-/// Points pivot at `proxy`, over plain HTTP.
-fn insecure_via(env: &mut Env, proxy: &FaultProxy) {
-    env.set_registries_conf(&format!(
-        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
-        proxy.host()
-    ));
-}
-
 /// A resumed download transfers the blob about once (≤ 1.1×), not twice.
 fn assert_sent_at_most_once(proxy: &FaultProxy, blob: &str, size: u64) {
     let sent = proxy.body_bytes_sent(blob);

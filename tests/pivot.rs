@@ -479,3 +479,138 @@ fn two_pivots_at_once_make_one_deployment() {
         "{both}"
     );
 }
+
+#[test]
+fn two_pivots_to_different_targets_make_one_deployment_and_the_other_says_why() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    let tree = fixture("os-v2").with_file("usr/share/pivot/v3-marker", 0o644, "v3\n");
+    let v3 = env.push("v3", &ImageSpec::new(tree, "3"));
+    // The sysroot lock is held until both runs have looked at the deployments and wait for it:
+    // each saw only v1, and one of them is bound to find that view stale.
+    let sysroot = ostree::Sysroot::new(Some(&ostree::gio::File::for_path(&env.sysroot.path)));
+    sysroot.lock().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let spawn = |name: &str, pullspec: &str| {
+        let log = logs.path().join(name);
+        let child = env
+            .command(&[pullspec])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        (child, log)
+    };
+    let mut runs = [spawn("v2", &v2.by_tag), spawn("v3", &v3.by_tag)];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !runs
+        .iter()
+        .all(|(_, log)| read(log).contains("another process holds the sysroot lock"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runs never waited for the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    sysroot.unlock();
+    let codes: Vec<Option<i32>> = runs
+        .iter_mut()
+        .map(|(child, _)| child.wait().unwrap().code())
+        .collect();
+    let logs: Vec<String> = runs.iter().map(|(_, log)| read(log)).collect();
+    let (winner, loser) = match codes.as_slice() {
+        [Some(0), Some(1)] => (0, 1),
+        [Some(1), Some(0)] => (1, 0),
+        other => panic!("expected one success and one failure, got {other:?}:\n{logs:#?}"),
+    };
+    assert!(
+        logs[loser].contains(
+            "the deployments changed while waiting for the sysroot lock; run pivot again"
+        ),
+        "{}",
+        logs[loser]
+    );
+    let winner_commit = [&v2.commit, &v3.commit][winner];
+    let loser_commit = [&v2.commit, &v3.commit][loser];
+    let status = env.status_json();
+    let deployments = status["deployments"].as_array().unwrap();
+    assert_eq!(deployments.len(), 2, "{status:#}");
+    assert_eq!(deployments[0]["checksum"], winner_commit.as_str());
+    assert_eq!(deployments[1]["checksum"], env.sysroot.commit_v1());
+    // The refusal came before any download: nothing of the other image is in the repo.
+    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
+    repo.open(ostree::gio::Cancellable::NONE).unwrap();
+    assert!(!repo
+        .has_object(
+            ostree::ObjectType::Commit,
+            loser_commit,
+            ostree::gio::Cancellable::NONE
+        )
+        .unwrap());
+    assert_fsck_clean(&env);
+    // Run again, as told: it deploys on top of the winner.
+    let again = [&v2.by_tag, &v3.by_tag][loser];
+    assert_success(&env.pivot(&[again]));
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        loser_commit.as_str()
+    );
+}
+
+#[test]
+fn files_pivot_writes_under_var_and_in_the_repo_are_private() {
+    use pivot_testkit::{Fault, FaultProxy};
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    let mut env = Env::new();
+    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &noise(1 << 20));
+    let v2 = env.push("v2", &ImageSpec::new(tree, "2"));
+    let blob = &v2.layer_digests[0];
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    proxy.add_fault(
+        Fault::stall_after(&format!("/blobs/{blob}"), 100_000, Duration::from_secs(300))
+            .method("GET"),
+    );
+    insecure_via(&mut env, &proxy);
+    let pullspec = format!("{}/pivot/os:v2", proxy.host());
+
+    // A download in progress is spooled in a private directory.
+    let mut child = env.spawn_pivot(&["--retry-timeout", "60", &pullspec]);
+    let spools = env.sysroot.repo_path().join("tmp/pivot-downloads");
+    let spool = spools.join(format!("{}.partial", blob.replace(':', "-")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&spool).map(|m| m.len()).unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "nothing was spooled");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(mode(&spools), 0o700);
+    assert_eq!(mode(&spool), 0o600);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    assert_success(&env.pivot(&["--retry-timeout", "60", &pullspec]));
+    let state = env.sysroot.path.join(format!(
+        "ostree/deploy/{STATEROOT}/var/lib/pivot/state.json"
+    ));
+    assert_eq!(mode(&state), 0o600);
+    assert_eq!(mode(state.parent().unwrap()), 0o700);
+    // Only pivot's own directory is closed: /var/lib stays readable to other services.
+    assert_eq!(
+        mode(state.parent().unwrap().parent().unwrap()) & 0o055,
+        0o055
+    );
+    // No temporary state file was left behind.
+    let names: Vec<_> = std::fs::read_dir(state.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["state.json"]);
+}

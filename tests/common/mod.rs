@@ -28,9 +28,18 @@ impl Env {
         Env::with_registry(Registry::start().expect("starting docker-registry"))
     }
 
+    /// A registry and a v1 sysroot made under `dir` (e.g. on a [`pivot_testkit::Tmpfs`]).
+    pub fn new_in(dir: &Path) -> Env {
+        Env::build(Registry::start().expect("starting docker-registry"), dir)
+    }
+
     /// `registry` (plain HTTP ones are marked insecure) and a v1 sysroot.
     pub fn with_registry(registry: Registry) -> Env {
-        let sysroot = TestSysroot::new(STATEROOT, &fixture("os-v1"), "1", &KARGS)
+        Env::build(registry, &std::env::temp_dir())
+    }
+
+    fn build(registry: Registry, dir: &Path) -> Env {
+        let sysroot = TestSysroot::new_in(dir, STATEROOT, &fixture("os-v1"), "1", &KARGS)
             .expect("creating a v1 sysroot");
         let conf_dir = tempfile::tempdir().unwrap();
         let registries_conf = if registry.is_tls() {
@@ -71,9 +80,15 @@ impl Env {
 
     /// Runs the pivot binary on this sysroot; `args` come after `--sysroot`.
     pub fn pivot(&self, args: &[&str]) -> Output {
+        self.run(self.command(args))
+    }
+
+    /// The pivot command [`Env::pivot`] runs, for a test to start it its own way.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
         cmd.arg("--sysroot").arg(&self.sysroot.path).args(args);
-        self.run(cmd)
+        self.prepare(&mut cmd);
+        cmd
     }
 
     /// [`Env::pivot`] with extra environment variables, e.g. `PIVOT_LOG`.
@@ -103,10 +118,8 @@ impl Env {
 
     /// Starts pivot without waiting for it.
     pub fn spawn_pivot(&self, args: &[&str]) -> std::process::Child {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
-        cmd.arg("--sysroot").arg(&self.sysroot.path).args(args);
-        self.prepare(&mut cmd);
-        cmd.stdout(std::process::Stdio::piped())
+        self.command(args)
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("starting pivot")
@@ -185,7 +198,12 @@ pub fn read(path: &Path) -> String {
 
 /// `len` bytes of hex text from a xorshift generator: compresses only about 2:1.
 pub fn noise(len: usize) -> String {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    noise_seeded(0, len)
+}
+
+/// Like [`noise`], a different text for each `seed`, so that files made from it do not dedupe.
+pub fn noise_seeded(seed: u64, len: usize) -> String {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0xbf58_476d_1ce4_e5b9);
     let mut text = String::with_capacity(len + 16);
     while text.len() < len {
         x ^= x << 13;
@@ -316,4 +334,27 @@ pub fn tree_listing(root: &Path, skip: &[&str]) -> BTreeMap<String, String> {
         }
     }
     out
+}
+
+/// `ostree fsck` of the sysroot's repo succeeds.
+pub fn assert_fsck_clean(env: &Env) {
+    let fsck = Command::new("ostree")
+        .args(["fsck", "--repo"])
+        .arg(env.sysroot.repo_path())
+        .output()
+        .expect("running ostree fsck");
+    assert!(
+        fsck.status.success(),
+        "ostree fsck failed:\n{}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+}
+
+/// Points pivot at `proxy` (plain HTTP) instead of the registry.
+pub fn insecure_via(env: &mut Env, proxy: &pivot_testkit::FaultProxy) {
+    env.set_registries_conf(&format!(
+        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+        proxy.host()
+    ));
 }

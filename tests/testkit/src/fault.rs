@@ -31,6 +31,9 @@ pub enum FaultKind {
     /// sending zero bytes after its body until the client hangs up: more
     /// bytes than any descriptor declares, without end.
     Overflow,
+    /// Proxy normally, but send the response body at most this many bytes per second: a slow
+    /// link, so that a transfer lasts long enough to be interrupted at a chosen point.
+    Throttle(u64),
 }
 
 /// A fault for the first `times` requests whose target (path and query)
@@ -123,6 +126,11 @@ impl Fault {
 
     pub fn overflow(path_contains: &str) -> Fault {
         Fault::new(path_contains, FaultKind::Overflow)
+    }
+
+    /// Bodies at most `bytes_per_second` (combine with [`Fault::always`]).
+    pub fn throttle(path_contains: &str, bytes_per_second: u64) -> Fault {
+        Fault::new(path_contains, FaultKind::Throttle(bytes_per_second))
     }
 
     /// Applies to the first `n` matching requests (default 1).

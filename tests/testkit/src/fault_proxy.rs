@@ -187,6 +187,7 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
     let mut limit = None;
     let mut stall = None;
     let mut overflow = false;
+    let mut rate = None;
     match fault {
         Some(FaultKind::Reset) => {
             // Zero linger turns the close into a RST: "connection reset by peer".
@@ -254,6 +255,7 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
             limit = Some(bytes);
             stall = Some(duration);
         }
+        Some(FaultKind::Throttle(bytes_per_second)) => rate = Some(bytes_per_second.max(1)),
         None => {}
     }
 
@@ -282,7 +284,7 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
         let _ = tokio::io::copy(&mut cl_r, &mut up_w).await;
         let _ = up_w.shutdown().await;
     });
-    let result = relay_response(&mut up_r, &mut cl_w, state, idx, limit, overflow).await;
+    let result = relay_response(&mut up_r, &mut cl_w, state, idx, limit, overflow, rate).await;
     body_up.abort();
     if let (Ok(true), Some(d)) = (&result, stall) {
         drop(busy);
@@ -291,8 +293,8 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
     result.map(|_| ())
 }
 
-/// Relays the upstream response, at most `limit` body bytes. Returns whether
-/// the limit cut the body short.
+/// Relays the upstream response, at most `limit` body bytes, at most `rate`
+/// body bytes per second. Returns whether the limit cut the body short.
 async fn relay_response(
     up: &mut tokio::net::tcp::OwnedReadHalf,
     client: &mut tokio::net::tcp::OwnedWriteHalf,
@@ -300,6 +302,7 @@ async fn relay_response(
     idx: usize,
     limit: Option<u64>,
     overflow: bool,
+    rate: Option<u64>,
 ) -> Result<bool> {
     let Some((mut head, mut pending)) = read_head(up).await? else {
         anyhow::bail!("upstream closed without a response");
@@ -315,6 +318,7 @@ async fn relay_response(
         .context("writing response head")?;
     let mut sent = 0u64;
     let mut chunk = vec![0u8; 64 * 1024];
+    let started = Instant::now();
     loop {
         if pending.is_empty() {
             let n = up.read(&mut chunk).await.context("reading upstream body")?;
@@ -327,9 +331,17 @@ async fn relay_response(
             pending.extend_from_slice(&chunk[..n]);
         }
         let room = limit.map_or(u64::MAX, |l| l - sent);
-        let take = pending
+        let mut take = pending
             .len()
             .min(usize::try_from(room).unwrap_or(usize::MAX));
+        if let Some(rate) = rate {
+            // Small slices, each sent once the rate allows it.
+            take = take.min(usize::try_from(rate / 20).unwrap_or(usize::MAX).max(1024));
+            let due = Duration::from_secs_f64((sent + take as u64) as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
         client
             .write_all(&pending[..take])
             .await

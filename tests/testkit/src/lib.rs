@@ -4,6 +4,7 @@
 //! For auth, TLS and fault tests: a CA made at test time, htpasswd and token
 //! auth on the registry, a bearer-token server and a fault-injecting proxy.
 //! For hostile images: raw tar layers, manifests and configs written byte by byte.
+//! For crash and disk-space tests: size-limited tmpfs mounts.
 
 mod auth;
 mod commit;
@@ -20,6 +21,7 @@ mod registry_config;
 mod serve;
 mod sysroot;
 mod tls;
+mod tmpfs;
 mod token_server;
 mod tree;
 
@@ -36,5 +38,6 @@ pub use registry::{AccessLogEntry, Registry};
 pub use registry_config::RegistryBuilder;
 pub use sysroot::{pivot_test_env, TestSysroot};
 pub use tls::{CertKey, TestCa};
+pub use tmpfs::Tmpfs;
 pub use token_server::{TokenRequest, TokenServer, TokenServerBuilder, TOKEN_PATH};
 pub use tree::{fixtures_dir, Entry, Tree};

@@ -29,10 +29,22 @@ pub struct TestSysroot {
 impl TestSysroot {
     /// `path` is `<tempdir>/sysroot`; the tree is deployed with `kargs`.
     pub fn new(stateroot: &str, tree: &Tree, version: &str, kargs: &[&str]) -> Result<TestSysroot> {
+        TestSysroot::new_in(&std::env::temp_dir(), stateroot, tree, version, kargs)
+    }
+
+    /// Like [`TestSysroot::new`], with the temporary directory made under `parent` (a
+    /// filesystem of the test's choosing, e.g. a [`crate::Tmpfs`]).
+    pub fn new_in(
+        parent: &Path,
+        stateroot: &str,
+        tree: &Tree,
+        version: &str,
+        kargs: &[&str],
+    ) -> Result<TestSysroot> {
         let dir = tempfile::Builder::new()
             .prefix("pivot-sysroot-")
-            .tempdir()
-            .context("creating sysroot temp dir")?;
+            .tempdir_in(parent)
+            .with_context(|| format!("creating a sysroot temp dir in {}", parent.display()))?;
         let path = dir.path().join("sysroot");
         fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
         let mut me = TestSysroot {

@@ -225,6 +225,33 @@ fn stall_reset_delay_and_method_filter() -> Result<()> {
 }
 
 #[test]
+fn throttle_slows_bodies_to_the_rate_and_keeps_them_intact() -> Result<()> {
+    let (reg, image, blob) = setup()?;
+    let proxy = FaultProxy::start(&reg.host())?;
+    let url = blob_url(&proxy, &image);
+    let rate = blob.len() as u64 * 2; // half a second for the blob
+    proxy.add_fault(Fault::throttle("/blobs/", rate).times(2));
+    let t = Instant::now();
+    let r = curl(&url, &[])?;
+    let took = t.elapsed();
+    assert_eq!((r.code, r.body == blob), (0, true), "{}", r.info);
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+    // A range is throttled too, and only its bytes are counted.
+    let t = Instant::now();
+    let r = curl(&url, &["-r", &format!("{}-", blob.len() / 2)])?;
+    assert_eq!(r.body, blob[blob.len() / 2..]);
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    assert_eq!(
+        proxy.body_bytes_sent("/blobs/"),
+        (blob.len() + blob.len() - blob.len() / 2) as u64
+    );
+    Ok(())
+}
+
+#[test]
 fn oci_client_sees_the_cut_and_a_clean_retry() -> Result<()> {
     use oci_client::client::{ClientConfig, ClientProtocol};
     use oci_client::{Client, Reference};

@@ -1,0 +1,683 @@
+//! Crash safety: pivot is killed with SIGKILL at random points of the pull, the import and the
+//! deployment, and after every kill the node must still boot (every boot entry's kernel,
+//! initramfs and deployment exist), its repo must pass `ostree fsck`, and nothing may stand in
+//! the way of the next run. After all kills one plain run converges to the target without
+//! fetching again what earlier runs already verified.
+//!
+//! Kill points come from a seeded generator over an uninterrupted pivot of the same image
+//! (timed, and driven by pivot's `--progress-fd` events: a byte count, a step). The seed is
+//! printed; `PIVOT_CRASH_SEED=<seed>` replays a run.
+//!
+//! The sysroot lives on a tmpfs: libostree freezes and thaws /boot's filesystem while it writes
+//! boot entries, and a process killed between the two would leave that filesystem frozen until
+//! libostree's watchdog thaws it — the host's own filesystem, were the sysroot under /tmp.
+
+mod common;
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use pivot_testkit::{Fault, FaultProxy, ImageSpec, PushedImage, Tmpfs};
+
+/// Kills per run of the test, the last one late in the import.
+const KILLS: usize = 20;
+/// Files of noise added to os-v2: enough objects for the import and the checkout to take time.
+const FILES: usize = 2000;
+const FILE_SIZE: usize = 4096;
+const LAYERS: usize = 4;
+/// The layers are served at this rate, so the import lasts a second or two.
+const THROTTLE: u64 = 3 << 20;
+/// Every manifest request waits this long: the pull step is long enough to be hit.
+const MANIFEST_DELAY: Duration = Duration::from_millis(300);
+/// The fd number pivot gets for `--progress-fd`.
+const PROGRESS_FD: i32 = 200;
+
+#[test]
+fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
+    let started = Instant::now();
+    let seed = std::env::var("PIVOT_CRASH_SEED")
+        .ok()
+        .map(|s| {
+            s.trim()
+                .parse::<u64>()
+                .expect("PIVOT_CRASH_SEED is a number")
+        })
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("crash test seed: PIVOT_CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+
+    let tmpfs = Tmpfs::mount(512 << 20).expect("mounting a tmpfs for the sysroot");
+    let mut env = Env::new_in(tmpfs.path());
+    let image = push_big_v2(&env);
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    proxy.add_fault(Fault::delay("/manifests/", MANIFEST_DELAY).always());
+    proxy.add_fault(Fault::throttle("/blobs/", THROTTLE).always());
+    insecure_via(&mut env, &proxy);
+    let pullspec = format!("{}/pivot/os@{}", proxy.host(), image.digest);
+    let layer_bytes = |proxy: &FaultProxy| -> u64 {
+        image
+            .layer_digests
+            .iter()
+            .map(|d| proxy.body_bytes_sent(d))
+            .sum()
+    };
+    eprintln!("image set up in {:.1} s", started.elapsed().as_secs_f64());
+
+    // An uninterrupted pivot, timed, gives the scale kill points are drawn on.
+    let baseline = PivotRun::start(&env, &pullspec).until(Trigger::Never);
+    assert_eq!(
+        baseline.ended,
+        Ended::Exited(Some(0)),
+        "{}",
+        baseline.stderr
+    );
+    let total = baseline.total.expect("a start event with the image's size");
+    let t_import = baseline.at_importing.expect("an importing step");
+    let t_deploy = baseline.at_deploying.expect("a deploying step");
+    let t_end = baseline.elapsed;
+    eprintln!(
+        "uninterrupted: {total} bytes in {LAYERS} layers; importing at {:.2} s, deploying at {:.2} s, done at {:.2} s",
+        t_import.as_secs_f64(),
+        t_deploy.as_secs_f64(),
+        t_end.as_secs_f64()
+    );
+    assert!(
+        t_end >= Duration::from_secs(1),
+        "an uninterrupted pivot took only {t_end:?}: too short to kill at chosen points"
+    );
+    assert_eq!(layer_bytes(&proxy), total);
+    undeploy_target(&env, &image);
+
+    // The kill points: the pull, byte offsets of the import, any time, the deployment, and
+    // between the deployment and the state file; in random order, then one late in the import.
+    // Within the measured deployment, with a margin for runs that deploy faster.
+    let deploy_time = (t_end.saturating_sub(t_deploy) * 4 / 5).max(Duration::from_millis(20));
+    let mut triggers = Vec::new();
+    for _ in 0..3 {
+        triggers.push(Trigger::After(rng.duration(Duration::ZERO, t_import)));
+    }
+    for _ in 0..8 {
+        triggers.push(Trigger::Bytes(
+            rng.below(total),
+            rng.duration(Duration::ZERO, JITTER),
+        ));
+    }
+    for _ in 0..3 {
+        triggers.push(Trigger::After(rng.duration(t_import, t_end)));
+    }
+    for _ in 0..4 {
+        triggers.push(Trigger::Deploying(
+            rng.duration(Duration::ZERO, deploy_time),
+        ));
+    }
+    triggers.push(Trigger::BeforeStateSave);
+    rng.shuffle(&mut triggers);
+    assert_eq!(triggers.len(), KILLS - 1);
+
+    let mut phases = std::collections::BTreeMap::<&str, usize>::new();
+    let mut kills = 0;
+    let mut i = 0;
+    let last_kill = loop {
+        let trigger = match triggers.get(i) {
+            Some(t) => *t,
+            // A run that ended before its kill point is made up for.
+            None if kills < KILLS - 1 => {
+                Trigger::Bytes(rng.below(total), rng.duration(Duration::ZERO, JITTER))
+            }
+            // Last, a kill late in the import; tried again if it came too late.
+            None => Trigger::LastLayer(0.5 + rng.below(400) as f64 / 1000.0),
+        };
+        assert!(
+            i < KILLS + 8,
+            "too many runs ended before their kill point; replay with PIVOT_CRASH_SEED={seed}"
+        );
+        i += 1;
+        let run = PivotRun::start(&env, &pullspec).until(trigger);
+        let phase = run.phase();
+        eprintln!(
+            "kill {i:2}: {trigger:?} → {:?} at {:.2} s, in {phase} ({} of {total} bytes)",
+            run.ended,
+            run.elapsed.as_secs_f64(),
+            run.done_bytes
+        );
+        let context = format!(
+            "after kill {i} ({trigger:?}, in {phase}); replay with PIVOT_CRASH_SEED={seed}\n{}",
+            run.stderr
+        );
+        assert_node_sound(&env, &image, &context);
+        match run.ended {
+            Ended::Killed => {
+                kills += 1;
+                *phases.entry(phase).or_default() += 1;
+            }
+            // The trigger came too late for this run (it reused earlier runs' work).
+            Ended::Exited(code) => assert_eq!(code, Some(0), "{context}"),
+        }
+        if trigger == Trigger::BeforeStateSave {
+            assert_eq!(run.ended, Ended::Killed, "{context}");
+            assert_eq!(
+                deployed(&env)[0],
+                image.commit,
+                "the deployment was made before the kill: {context}"
+            );
+            let out = env.pivot(&["--unchanged-exit-77", &pullspec]);
+            assert_eq!(out.status.code(), Some(77), "{context}\n{}", stderr(&out));
+            assert!(
+                stderr(&out).contains("already at target"),
+                "{}",
+                stderr(&out)
+            );
+            assert_eq!(
+                env.status_json()["pivot"][STATEROOT]["last"]["outcome"],
+                "unchanged"
+            );
+        }
+        let late = run.ended == Ended::Killed && phase == "importing" && run.done_bytes < total;
+        if matches!(trigger, Trigger::LastLayer(_)) && late {
+            break run;
+        }
+        if deployed(&env)[0] == image.commit {
+            undeploy_target(&env, &image);
+        }
+    };
+    eprintln!("{kills} kills, by phase: {phases:?}");
+    assert!(kills >= KILLS, "only {kills} runs were killed");
+    for phase in ["pulling", "importing", "deploying", "deployed"] {
+        assert!(
+            phases.contains_key(phase),
+            "no kill landed in {phase}: {phases:?}; replay with PIVOT_CRASH_SEED={seed}"
+        );
+    }
+
+    // The last kill came late in the import: the next run fetches only what was missing.
+    let spooled = last_kill.done_bytes;
+    assert!(spooled > total / 2, "killed at {spooled} of {total} bytes");
+    let sent_before = layer_bytes(&proxy);
+    let out = env.pivot(&[&pullspec]);
+    assert_success(&out);
+    let sent = layer_bytes(&proxy) - sent_before;
+    eprintln!(
+        "converging run: {sent} layer bytes fetched ({spooled} of {total} were kept by the killed run)"
+    );
+    assert!(
+        sent < total,
+        "the converging run fetched {sent} bytes: the whole image ({total}) again"
+    );
+    assert!(
+        sent <= total - spooled + total / 100,
+        "the converging run fetched {sent} bytes; only {} were missing",
+        total - spooled
+    );
+    assert!(
+        stderr(&out).contains(&format!("resuming {}", image.layer_digests[LAYERS - 1])),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        deployed(&env),
+        [image.commit.clone(), env.sysroot.commit_v1().to_string()]
+    );
+    assert_node_sound(&env, &image, "after the converging run");
+    let tmp = env.sysroot.repo_path().join("tmp");
+    assert!(!tmp.join("pivot-downloads").exists());
+    let staging = pivot::import::staging_dirs(&tmp);
+    assert!(staging.is_empty(), "staging dirs left: {staging:?}");
+    eprintln!("crash test took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Extra delay after a byte trigger, so kills do not all land right after a progress event.
+const JITTER: Duration = Duration::from_millis(250);
+
+/// os-v2 plus [`FILES`] files of distinct noise, in [`LAYERS`] layers.
+fn push_big_v2(env: &Env) -> PushedImage {
+    let mut tree = fixture("os-v2");
+    for i in 0..FILES {
+        let path = format!("usr/share/pivot/bulk/{:02}/{i:05}", i % 50);
+        tree = tree.with_file(&path, 0o644, &noise_seeded(i as u64 + 1, FILE_SIZE));
+    }
+    let mut spec = ImageSpec::new(tree, "2");
+    spec.layers = LAYERS;
+    env.push("v2-big", &spec)
+}
+
+/// Checksums of the deployments, in boot order.
+fn deployed(env: &Env) -> Vec<String> {
+    env.status_json()["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["checksum"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Takes the sysroot back to v1 alone: undeploys the target and prunes its commit, so the next
+/// run imports it again.
+fn undeploy_target(env: &Env, image: &PushedImage) {
+    assert_eq!(deployed(env)[0], image.commit);
+    let out = std::process::Command::new("ostree")
+        .args(["admin", "undeploy", "--sysroot"])
+        .arg(&env.sysroot.path)
+        .arg("0")
+        .envs(pivot_testkit::pivot_test_env())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(deployed(env), [env.sysroot.commit_v1().to_string()]);
+    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
+    repo.open(ostree::gio::Cancellable::NONE).unwrap();
+    assert!(
+        !repo
+            .has_object(
+                ostree::ObjectType::Commit,
+                &image.commit,
+                ostree::gio::Cancellable::NONE
+            )
+            .unwrap(),
+        "undeploying pruned the target's commit"
+    );
+}
+
+/// What must hold after any kill: the node boots (every boot entry's kernel, initramfs and
+/// deployment exist, and one of them is v1 or the target), the repo is consistent, the
+/// sysroot lock is free, pivot's state is readable.
+fn assert_node_sound(env: &Env, image: &PushedImage, context: &str) {
+    let root = &env.sysroot.path;
+    let entries = env.sysroot.boot_entries().expect("reading boot entries");
+    assert!(!entries.is_empty(), "no boot entry left {context}");
+    let commits = [env.sysroot.commit_v1(), image.commit.as_str()];
+    for (name, text) in &entries {
+        let field = |key: &str| -> String {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key} ")))
+                .unwrap_or_else(|| panic!("no {key} in {name} {context}:\n{text}"))
+                .trim()
+                .to_string()
+        };
+        for key in ["linux", "initrd"] {
+            let path = field(key);
+            assert!(
+                root.join("boot")
+                    .join(path.trim_start_matches('/'))
+                    .is_file(),
+                "{name}: {key} {path} is missing {context}"
+            );
+        }
+        let options = field("options");
+        let ostree = options
+            .split(' ')
+            .find_map(|o| o.strip_prefix("ostree="))
+            .unwrap_or_else(|| panic!("{name} has no ostree= {context}: {options}"));
+        let deployment = root.join(ostree.trim_start_matches('/'));
+        let resolved = deployment
+            .canonicalize()
+            .unwrap_or_else(|e| panic!("{name}: ostree={ostree} does not resolve ({e}) {context}"));
+        assert!(
+            resolved.starts_with(root.canonicalize().unwrap()),
+            "{name}: ostree={ostree} leads out of the sysroot: {}",
+            resolved.display()
+        );
+        assert!(
+            resolved.join("usr/lib/os-release").is_file(),
+            "{name}: deployment {} is not a complete tree {context}",
+            resolved.display()
+        );
+        let dir = resolved.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            commits.iter().any(|c| dir.starts_with(&format!("{c}."))),
+            "{name}: deployment {dir} is neither v1 nor the target {context}"
+        );
+    }
+    assert!(
+        entries.len() <= 2,
+        "{} boot entries {context}: {entries:?}",
+        entries.len()
+    );
+    assert_fsck_clean(env);
+    let sysroot = ostree::Sysroot::new(Some(&ostree::gio::File::for_path(root)));
+    assert!(
+        sysroot.try_lock().expect("trying the sysroot lock"),
+        "the sysroot lock is still held {context}"
+    );
+    sysroot.unlock();
+    // Readable state and deployments.
+    env.status_json();
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Trigger {
+    /// Let the run finish.
+    Never,
+    /// SIGKILL this long after the start.
+    After(Duration),
+    /// SIGKILL once a progress event reports this many bytes of the image, plus a delay.
+    Bytes(u64, Duration),
+    /// SIGKILL this long after the deploying step began.
+    Deploying(Duration),
+    /// SIGKILL at about this fraction of the last layer's download (estimated from the first
+    /// progress event of that layer and the proxy's rate).
+    LastLayer(f64),
+    /// Hold pivot in its write of the `done` event (it blocks on a full progress pipe), which
+    /// comes after the deployment is written and before the state file is: SIGKILL there.
+    BeforeStateSave,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Killed,
+    Exited(Option<i32>),
+}
+
+/// One pivot process with its progress events on a pipe.
+struct PivotRun {
+    child: Child,
+    events: File,
+    /// Another open file description of the pipe's write end, non-blocking, to fill the pipe.
+    filler: File,
+    stderr_path: tempfile::NamedTempFile,
+    started: Instant,
+}
+
+/// How a run went.
+struct Outcome {
+    ended: Ended,
+    elapsed: Duration,
+    stderr: String,
+    total: Option<u64>,
+    done_bytes: u64,
+    at_importing: Option<Duration>,
+    at_deploying: Option<Duration>,
+    /// The `done` event was held back: the run was past its deployment.
+    held_at_done: bool,
+}
+
+impl Outcome {
+    /// Where the kill landed, from the last event seen.
+    fn phase(&self) -> &'static str {
+        if self.held_at_done {
+            "deployed"
+        } else if self.at_deploying.is_some() {
+            "deploying"
+        } else if self.at_importing.is_some() {
+            "importing"
+        } else {
+            "pulling"
+        }
+    }
+}
+
+impl PivotRun {
+    fn start(env: &Env, pullspec: &str) -> PivotRun {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two new descriptors that this function then owns.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let filler = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(format!("/proc/self/fd/{}", write_end.as_raw_fd()))
+            .expect("reopening the pipe's write end");
+        let stderr_path = tempfile::NamedTempFile::new().unwrap();
+        let fd_arg = PROGRESS_FD.to_string();
+        let mut cmd = env.command(&["--progress-fd", &fd_arg, "--retry-timeout", "60", pullspec]);
+        cmd.stdout(Stdio::null())
+            .stderr(stderr_path.reopen().unwrap());
+        let raw = write_end.as_raw_fd();
+        // SAFETY: dup2 is async-signal-safe; the child gets the write end as PROGRESS_FD.
+        unsafe {
+            cmd.pre_exec(move || match libc::dup2(raw, PROGRESS_FD) {
+                -1 => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            });
+        }
+        let started = Instant::now();
+        let child = cmd.spawn().expect("starting pivot");
+        drop(write_end);
+        PivotRun {
+            child,
+            events: File::from(read_end),
+            filler,
+            stderr_path,
+            started,
+        }
+    }
+
+    /// Follows the run's events until `trigger` fires (then SIGKILL) or the run ends.
+    fn until(mut self, trigger: Trigger) -> Outcome {
+        let mut out = Outcome {
+            ended: Ended::Killed,
+            elapsed: Duration::ZERO,
+            stderr: String::new(),
+            total: None,
+            done_bytes: 0,
+            at_importing: None,
+            at_deploying: None,
+            held_at_done: false,
+        };
+        let mut pending = Vec::new();
+        let mut fire_at: Option<Instant> = match trigger {
+            Trigger::After(d) => Some(self.started + d),
+            _ => None,
+        };
+        let mut reading = true;
+        let mut held_since: Option<Instant> = None;
+        let deadline = self.started + Duration::from_secs(120);
+        loop {
+            let now = Instant::now();
+            assert!(now < deadline, "pivot did not finish in 120 s");
+            if fire_at.is_some_and(|t| now >= t) {
+                break;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Events written just before the exit.
+                self.read_events(&mut pending, &mut out, trigger, &mut fire_at);
+                out.ended = Ended::Exited(status.code());
+                out.elapsed = self.started.elapsed();
+                out.stderr = std::fs::read_to_string(self.stderr_path.path()).unwrap_or_default();
+                return out;
+            }
+            if let Some(since) = held_since {
+                // Where /proc does not tell, the write has long blocked after a few seconds
+                // (nothing is left to do but write `done`).
+                if self.blocked_on_the_pipe() || since.elapsed() > Duration::from_secs(5) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            if !reading {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            let wait = fire_at
+                .map(|t| t.saturating_duration_since(now))
+                .unwrap_or(Duration::from_millis(20))
+                .min(Duration::from_millis(20));
+            let mut pfd = libc::pollfd {
+                fd: self.events.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as i32) };
+            if pfd.revents & (libc::POLLIN | libc::POLLHUP) != 0 {
+                let step = self.read_events(&mut pending, &mut out, trigger, &mut fire_at);
+                if step == Some("deploying") && trigger == Trigger::BeforeStateSave {
+                    // Stop reading and fill the pipe: pivot's next event (`done`) blocks.
+                    self.fill_pipe();
+                    out.held_at_done = true;
+                    held_since = Some(Instant::now());
+                    reading = false;
+                }
+                if pfd.revents & libc::POLLHUP != 0 && pfd.revents & libc::POLLIN == 0 {
+                    reading = false;
+                }
+            }
+        }
+        // SAFETY: signalling our own child, which has not been waited for.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let status = self.child.wait().unwrap();
+        out.elapsed = self.started.elapsed();
+        if !out.held_at_done {
+            // What pivot reported before it died tells where it was.
+            self.read_events(&mut pending, &mut out, Trigger::Never, &mut None);
+        }
+        out.stderr = std::fs::read_to_string(self.stderr_path.path()).unwrap_or_default();
+        use std::os::unix::process::ExitStatusExt;
+        out.ended = match status.signal() {
+            Some(libc::SIGKILL) => Ended::Killed,
+            _ => Ended::Exited(status.code()),
+        };
+        out
+    }
+
+    /// Reads what is available; updates `out` and arms `fire_at`. Returns the last step seen.
+    fn read_events(
+        &mut self,
+        pending: &mut Vec<u8>,
+        out: &mut Outcome,
+        trigger: Trigger,
+        fire_at: &mut Option<Instant>,
+    ) -> Option<&'static str> {
+        let mut buf = [0u8; 1 << 16];
+        let mut last_step = None;
+        let mut pfd = libc::pollfd {
+            fd: self.events.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Only what is there now: never block on a pipe whose writer may be gone or stuck.
+        // SAFETY: one valid pollfd.
+        while unsafe { libc::poll(&mut pfd, 1, 0) } > 0 && pfd.revents & libc::POLLIN != 0 {
+            let n = self.events.read(&mut buf).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            pending.extend_from_slice(&buf[..n]);
+        }
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let event: serde_json::Value =
+                serde_json::from_slice(&line).expect("a JSON Lines progress event");
+            let now = self.started.elapsed();
+            match event["event"].as_str() {
+                Some("step") => {
+                    let step = match event["step"].as_str() {
+                        Some("importing") => {
+                            out.at_importing.get_or_insert(now);
+                            "importing"
+                        }
+                        Some("deploying") => {
+                            out.at_deploying.get_or_insert(now);
+                            if let Trigger::Deploying(d) = trigger {
+                                *fire_at = Some(self.started + now + d);
+                            }
+                            "deploying"
+                        }
+                        _ => "pulling",
+                    };
+                    last_step = Some(step);
+                    if step == "deploying" && trigger == Trigger::BeforeStateSave {
+                        // Nothing after this event may be read.
+                        pending.clear();
+                        return last_step;
+                    }
+                }
+                Some("start") => out.total = event["total"].as_u64(),
+                Some("bytes") => {
+                    out.done_bytes = event["total_done"].as_u64().unwrap_or(0);
+                    match trigger {
+                        Trigger::Bytes(at, delay) if out.done_bytes >= at && fire_at.is_none() => {
+                            *fire_at = Some(Instant::now() + delay);
+                        }
+                        Trigger::LastLayer(fraction)
+                            if event["layer"].as_u64() == Some(LAYERS as u64 - 1)
+                                && fire_at.is_none() =>
+                        {
+                            let left = event["size"].as_u64().unwrap_or(0)
+                                - event["done"].as_u64().unwrap_or(0);
+                            let secs = fraction * left as f64 / THROTTLE as f64;
+                            *fire_at = Some(Instant::now() + Duration::from_secs_f64(secs));
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        last_step
+    }
+
+    fn fill_pipe(&mut self) {
+        let chunk = [b'#'; 4096];
+        loop {
+            match self.filler.write(&chunk) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling the progress pipe: {e}"),
+            }
+        }
+        // Writes smaller than a page may still fit: fill to the last byte.
+        while self.filler.write(b"#").is_ok() {}
+    }
+
+    /// A thread of pivot sleeps in a write to the (full) progress pipe.
+    fn blocked_on_the_pipe(&self) -> bool {
+        let tasks = Path::new("/proc")
+            .join(self.child.id().to_string())
+            .join("task");
+        std::fs::read_dir(tasks)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|task| {
+                std::fs::read_to_string(task.path().join("wchan"))
+                    .is_ok_and(|w| w.contains("pipe_write"))
+            })
+    }
+}
+
+/// splitmix64: small, seedable, good enough to pick kill points.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn duration(&mut self, from: Duration, to: Duration) -> Duration {
+        let span = to.saturating_sub(from).as_micros() as u64;
+        from + Duration::from_micros(self.below(span + 1))
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+}

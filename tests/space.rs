@@ -1,0 +1,238 @@
+//! Disk space: a pivot that cannot fit is refused before it downloads (repo) or deploys (/boot),
+//! with numbers; one that runs out of space anyway leaves the sysroot as it was and frees what it
+//! wrote. Sysroots live on size-limited tmpfs mounts, filled to the free space each case needs.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use pivot::progress::human;
+use pivot_testkit::{ImageSpec, PushedImage, Tmpfs};
+
+const MIB: u64 = 1 << 20;
+
+/// v2 with an 8 MiB file of noise: about 4 MiB of layer, 8 MiB of objects.
+fn push_large_v2(env: &Env) -> PushedImage {
+    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &noise(8 << 20));
+    env.push("v2-large", &ImageSpec::new(tree, "2"))
+}
+
+fn layers_size(env: &Env, image: &PushedImage) -> u64 {
+    image
+        .layer_digests
+        .iter()
+        .map(|d| {
+            std::fs::metadata(env.registry.blob_data_path(d))
+                .unwrap()
+                .len()
+        })
+        .sum()
+}
+
+/// Takes up the free space of the filesystem holding `dir` until `leave` bytes are free.
+fn fill(dir: &Path, leave: u64) -> PathBuf {
+    let path = dir.join("filler");
+    let free = free(dir);
+    assert!(free > leave, "only {free} bytes free, {leave} wanted");
+    let file = std::fs::File::create(&path).unwrap();
+    // SAFETY: a valid descriptor; fallocate really allocates on tmpfs.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, (free - leave) as i64) };
+    assert_eq!(rc, 0, "fallocate: {}", std::io::Error::last_os_error());
+    path
+}
+
+fn free(dir: &Path) -> u64 {
+    pivot::space::free_bytes(dir).unwrap()
+}
+
+/// Names and total size of what is in the repo's tmp/.
+fn tmp_contents(env: &Env) -> (Vec<String>, u64) {
+    let tmp = env.sysroot.repo_path().join("tmp");
+    let mut names: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let du = std::process::Command::new("du")
+        .args(["-sb"])
+        .arg(&tmp)
+        .output()
+        .unwrap();
+    let size = String::from_utf8_lossy(&du.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (names, size)
+}
+
+/// The `<n> <unit>` after `prefix` in `text`, in bytes.
+fn figure_after(text: &str, prefix: &str) -> u64 {
+    let at = text
+        .find(prefix)
+        .unwrap_or_else(|| panic!("no {prefix:?} in {text}"))
+        + prefix.len();
+    let mut words = text[at..].split_whitespace();
+    let value: f64 = words.next().unwrap().parse().unwrap();
+    let unit = words.next().unwrap().trim_end_matches(',');
+    let scale = match unit {
+        "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => MIB as f64,
+        "GiB" => (MIB << 10) as f64,
+        other => panic!("unit {other:?} in {text}"),
+    };
+    (value * scale) as u64
+}
+
+#[test]
+fn an_image_the_repo_has_no_room_for_is_refused_before_any_download() {
+    let tmpfs = Tmpfs::mount(64 * MIB).unwrap();
+    let env = Env::new_in(tmpfs.path());
+    let image = push_large_v2(&env);
+    let layers = layers_size(&env, &image);
+    // Room for the layers twice: not for the objects they become.
+    fill(tmpfs.path(), 2 * layers);
+    let before = env.sysroot.snapshot().unwrap();
+
+    let out = env.pivot(&[&image.by_tag]);
+    let repo = env.sysroot.repo_path();
+    let needs = pivot::space::repo_needs(
+        &[pivot::space::Layer {
+            size: layers,
+            spooled: 0,
+        }],
+        pivot::space::EXPANSION,
+    );
+    assert_fails_with(
+        &out,
+        &[
+            &format!("not enough space in {}: ", repo.display()),
+            &format!("the image needs about {}, ", human(needs)),
+            " free",
+        ],
+    );
+    let err = stderr(&out);
+    let free = figure_after(&err, &format!("{}, ", human(needs)));
+    assert!(
+        free <= 2 * layers && free + 4 * MIB >= 2 * layers,
+        "reported {free} free, about {} expected:\n{err}",
+        2 * layers
+    );
+    assert_eq!(env.sysroot.snapshot().unwrap(), before);
+    for layer in &image.layer_digests {
+        assert_eq!(
+            env.registry.count_requests("GET", layer),
+            0,
+            "a layer was downloaded"
+        );
+    }
+    assert!(!repo.join("tmp/pivot-downloads").exists());
+}
+
+#[test]
+fn running_out_of_space_mid_import_leaves_the_sysroot_as_it_was_and_frees_what_it_wrote() {
+    let tmpfs = Tmpfs::mount(64 * MIB).unwrap();
+    let env = Env::new_in(tmpfs.path());
+    let image = push_large_v2(&env);
+    let layers = layers_size(&env, &image);
+    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
+    repo.open(ostree::gio::Cancellable::NONE).unwrap();
+    let reserve = repo.min_free_space_bytes().unwrap();
+    // Room for the download, not for the objects: past the pre-flight check (told to count
+    // the download only), into a real ENOSPC.
+    fill(tmpfs.path(), layers + reserve + 2 * MIB);
+    let before = env.sysroot.snapshot().unwrap();
+    let tmp_before = tmp_contents(&env);
+    let free_before = free(tmpfs.path());
+
+    let mut cmd = env.command(&[&image.by_tag]);
+    cmd.env(pivot::space::FACTOR_ENV, "0");
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("No space left on device") || err.contains("min-free-space"),
+        "{err}"
+    );
+    assert!(err.contains("fetching layer 1/1"), "{err}");
+
+    assert_eq!(env.sysroot.snapshot().unwrap(), before);
+    assert_fsck_clean(&env);
+    assert_eq!(tmp_contents(&env), tmp_before, "the repo's tmp/ changed");
+    let free_after = free(tmpfs.path());
+    // The state file recording the failure is all that may remain.
+    assert!(
+        free_after + 64 * 1024 >= free_before,
+        "{free_before} bytes free before, {free_after} after"
+    );
+}
+
+#[test]
+fn a_kernel_that_boot_has_no_room_for_is_refused_before_deploying() {
+    let tmpfs = Tmpfs::mount(64 * MIB).unwrap();
+    let env = Env::new_in(tmpfs.path());
+    let boot = env.sysroot.path.join("boot");
+    let boot_fs = Tmpfs::mount_over(&boot, 8 * MIB).unwrap();
+    let tree = fixture("os-v2").with_file(
+        "usr/lib/modules/6.1.0-pivot/vmlinuz",
+        0o644,
+        &noise(3 << 20),
+    );
+    let image = env.push("v2-new-kernel", &ImageSpec::new(tree, "2"));
+    let filler = fill(boot_fs.path(), 2 * MIB);
+    let before = env.sysroot.snapshot().unwrap();
+    let entries_before = env.sysroot.boot_entries().unwrap();
+
+    let out = env.pivot(&[&image.by_tag]);
+    assert_fails_with(
+        &out,
+        &[
+            &format!("not enough space in {}: ", boot.display()),
+            &format!("the kernel and initramfs of {} need about 3.", image.commit),
+            " MiB free",
+        ],
+    );
+    let err = stderr(&out);
+    let needed = figure_after(&err, "need about ");
+    assert!((3 * MIB..4 * MIB).contains(&needed), "{err}");
+    // Nothing was deployed; the imported commit stays in the repo, unreferenced, so that the
+    // run after /boot is cleaned up does not download it again.
+    assert_eq!(env.sysroot.boot_entries().unwrap(), entries_before);
+    let without_objects = |s: &str| {
+        s.lines()
+            .filter(|l| !l.starts_with("== repo objects"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        without_objects(&env.sysroot.snapshot().unwrap()),
+        without_objects(&before)
+    );
+    assert_fsck_clean(&env);
+    assert!(stderr(&out).contains("imported "), "{}", stderr(&out));
+
+    // With room again, the next run deploys it without downloading it again.
+    std::fs::remove_file(&filler).unwrap();
+    let out = env.pivot(&[&image.by_tag]);
+    assert_success(&out);
+    assert!(
+        stderr(&out).contains("already in the repo"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A kernel /boot already holds (same boot checksum) needs no room: v2's is v1's, and goes
+    // in with less free space than its margin.
+    fill(boot_fs.path(), 96 * 1024);
+    let v2 = env.push_v2();
+    assert_success(&env.pivot(&[&v2.by_tag]));
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        v2.commit.as_str()
+    );
+    drop(boot_fs);
+}
