@@ -104,7 +104,8 @@ impl AuthFiles {
     }
 }
 
-fn lookup_in(text: &str, name: &str, source: &Path) -> Result<Option<Credentials>> {
+/// Credentials for `name` in the text of one auth file (`source` is recorded with them).
+pub fn lookup_in(text: &str, name: &str, source: &Path) -> Result<Option<Credentials>> {
     // serde_json's messages name a position, never the file's content: no secret leaks here.
     let file: AuthFile =
         serde_json::from_str(text).map_err(|e| anyhow!("not a valid auth file: {e}"))?;
