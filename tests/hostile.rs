@@ -325,10 +325,19 @@ fn huge_and_truncated_manifests_are_refused() {
     let mut huge = manifest.clone();
     huge.resize(5 << 20, b' ');
     proxy.add_fault(Fault::respond("/manifests/v2", OCI_MANIFEST, huge).times(100));
-    assert_refused(
-        &env,
-        &[&pullspec],
-        &["manifest is too large: 5242880 bytes"],
+    let needles = ["manifest is too large: 5242880 bytes announced"];
+    assert_refused(&env, &[&pullspec], &needles);
+
+    // No length announced, and no end: pivot stops reading at 4 MiB.
+    proxy.clear_faults();
+    let endless = Fault::respond_endless("/manifests/v2", OCI_MANIFEST, manifest.clone(), b' ');
+    proxy.add_fault(endless.times(100));
+    let needles = ["manifest is too large: more than 4194304 bytes sent"];
+    assert_refused(&env, &[&pullspec], &needles);
+    let sent = proxy.body_bytes_sent("/manifests/v2");
+    assert!(
+        sent < 24 << 20,
+        "pivot kept reading the manifest: {sent} bytes sent"
     );
 
     proxy.clear_faults();

@@ -76,8 +76,7 @@ fn manifest_not_matching_its_digest_is_refused() {
         &[&v2.by_digest],
         &[
             "fetching manifest",
-            "Invalid digest",
-            &format!("Expected {}", v2.digest),
+            &format!("manifest digest mismatch: expected {}", v2.digest),
         ],
     );
 }

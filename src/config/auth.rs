@@ -104,10 +104,10 @@ impl AuthFiles {
     }
 }
 
-fn lookup_in(text: &str, name: &str, source: &Path) -> Result<Option<Credentials>> {
-    // serde_json's messages name a position, never the file's content: no secret leaks here.
-    let file: AuthFile =
-        serde_json::from_str(text).map_err(|e| anyhow!("not a valid auth file: {e}"))?;
+/// Credentials for `name` in the text of one auth file (`source` is recorded with them).
+pub fn lookup_in(text: &str, name: &str, source: &Path) -> Result<Option<Credentials>> {
+    let file: AuthFile = serde_json::from_str(text)
+        .map_err(|e| anyhow!("not a valid auth file: {}", json_error(&e)))?;
     let normalized: Vec<(String, &Entry)> = file
         .auths
         .iter()
@@ -123,6 +123,19 @@ fn lookup_in(text: &str, name: &str, source: &Path) -> Result<Option<Credentials
             Some((parent, _)) => candidate = parent,
             None => return Ok(None),
         }
+    }
+}
+
+/// serde_json's message without the file's content: its data errors quote the value that did not
+/// fit ("invalid type: string \"<credentials>\" …"), so of those only the position is kept.
+fn json_error(e: &serde_json::Error) -> String {
+    match e.classify() {
+        serde_json::error::Category::Data => format!(
+            "unexpected JSON structure at line {} column {}",
+            e.line(),
+            e.column()
+        ),
+        _ => e.to_string(),
     }
 }
 
@@ -224,6 +237,19 @@ mod tests {
             lookup_in(&bad, "r.io/os", Path::new("/a")).unwrap_err()
         );
         assert!(!err.contains(secret), "{err}");
+        // Regression (fuzzing): serde_json quotes a value of the wrong type in its message.
+        for misplaced in [
+            format!(r#"{{"auths": {{"r.io": "{secret}"}}}}"#),
+            format!(r#"{{"auths": {{"r.io": {{"auth": ["{secret}"]}}}}}}"#),
+            format!(r#"["{secret}"]"#),
+        ] {
+            let err = format!(
+                "{:#}",
+                lookup_in(&misplaced, "r.io/os", Path::new("/a")).unwrap_err()
+            );
+            assert!(!err.contains(secret), "{err}");
+            assert!(err.contains("unexpected JSON structure at line 1"), "{err}");
+        }
         let broken = format!(r#"{{"auths": {{"r.io": {{"auth": "{secret}""#);
         let err = format!(
             "{:#}",

@@ -97,7 +97,9 @@ impl MemberCheck {
         if !(kind.is_file() || kind.is_contiguous()) {
             bail!("tar member {shown:?} inside the OSTree repository is neither a regular file nor a directory ({kind:?})");
         }
-        let rel = &path[REPO_DIR.len()..];
+        let Some(rel) = path.strip_prefix(REPO_DIR) else {
+            bail!("tar member {shown:?} puts a file where the OSTree repository directory {REPO_DIR} must be");
+        };
         Ok(Member::RepoFile(rel.to_string()))
     }
 
@@ -241,6 +243,19 @@ mod tests {
         // Replaced by a directory, it redirects nothing any more.
         check(&mut m, "etc/", EntryType::Directory, 0o755).unwrap();
         check(&mut m, "etc/shadow", EntryType::Regular, 0o644).unwrap();
+    }
+
+    /// Regression (fuzzing): a file named exactly `srv/repo` made the importer slice past the
+    /// end of its name.
+    #[test]
+    fn a_file_in_place_of_the_repo_directory_is_refused() {
+        let mut m = MemberCheck::default();
+        let e = err(check(&mut m, "./srv/repo", EntryType::Regular, 0o644));
+        assert!(e.contains("where the OSTree repository directory"), "{e}");
+        assert_eq!(
+            check(&mut m, "srv/repo/", EntryType::Directory, 0o755).unwrap(),
+            Member::Ignored
+        );
     }
 
     #[test]

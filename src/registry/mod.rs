@@ -4,6 +4,7 @@
 //! digests; blob streams are checked by [`crate::blob_reader`].
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -17,7 +18,7 @@ use oci_client::errors::OciDistributionError;
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
-use oci_spec::image::{ImageIndex, ImageManifest};
+use oci_spec::image::ImageManifest;
 use sha2::{Digest, Sha256};
 
 use crate::config::auth::AuthFiles;
@@ -26,14 +27,12 @@ use crate::config::registries::{RegistriesConf, Source};
 use crate::reference::ImageRef;
 use crate::retry::{self, RetryPolicy};
 
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
-const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
-const ACCEPTED: [&str; 4] = [OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST];
+mod manifest;
+
+use manifest::{host_platform, parse_manifest, pick_platform, Parsed};
 
 /// Manifests and configs are small JSON documents; anything bigger is not an oscontainer.
-const MAX_JSON_BYTES: usize = 4 << 20;
+pub const MAX_JSON_BYTES: usize = 4 << 20;
 /// A registry that does not accept a connection in this time is treated as down (and retried).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// A transfer that delivers no byte for this long is cut and resumed.
@@ -96,6 +95,11 @@ pub async fn open(
 #[derive(Clone)]
 pub struct Registry {
     client: Client,
+    /// For manifests, which oci-client would read whole: the same TLS settings and timeouts.
+    http: reqwest::Client,
+    scheme: &'static str,
+    /// The bearer token for pulls, once obtained (`None`: the registry wants none, or Basic).
+    token: Arc<std::sync::OnceLock<Option<String>>>,
     auth: RegistryAuth,
     /// The auth file the credentials came from, if any.
     auth_source: Option<PathBuf>,
@@ -142,6 +146,12 @@ impl Registry {
         if !access.tls_verify {
             tracing::warn!(registry = %host, "TLS certificate verification is off (--tls-verify=false)");
         }
+        let http = http_client(&tls.ca_pems, access.tls_verify, client_cert.as_ref())
+            .with_context(|| format!("setting up TLS for {host}"))?;
+        let scheme = match protocol {
+            ClientProtocol::Http => "http",
+            _ => "https",
+        };
         let config = ClientConfig {
             protocol,
             accept_invalid_certificates: !access.tls_verify,
@@ -177,6 +187,9 @@ impl Registry {
         };
         Ok(Registry {
             client,
+            http,
+            scheme,
+            token: Arc::default(),
             auth,
             auth_source,
             client_cert: client_cert.map(|cert| cert.cert_path),
@@ -241,17 +254,11 @@ impl Registry {
     /// Returns the manifest bytes and their digest, verified against `expected` when given.
     async fn fetch_manifest(&self, expected: Option<&str>) -> Result<(Bytes, String)> {
         let reference = self.reference(expected);
-        let (bytes, _server_digest) = retry::retry(&self.retry, "fetching manifest", || {
-            self.client
-                .pull_manifest_raw(&reference, &self.auth, &ACCEPTED)
+        let bytes = retry::retry(&self.retry, "fetching manifest", || {
+            self.get_manifest(&reference)
         })
         .await
-        .map_err(|e| self.explain_refusal(e))?;
-        ensure!(
-            bytes.len() <= MAX_JSON_BYTES,
-            "manifest is too large: {} bytes, more than the {MAX_JSON_BYTES} an image manifest may have",
-            bytes.len()
-        );
+        .map_err(|e| self.explain_refusal(e))??;
         // The server's Docker-Content-Digest header is not trusted: the digest is what the bytes hash to.
         let actual = sha256_digest(&bytes);
         if let Some(expected) = expected {
@@ -387,6 +394,33 @@ impl Registry {
     }
 }
 
+/// A reqwest client set up as oci-client sets up its own (see `Client::try_from`).
+fn http_client(
+    ca_pems: &[Vec<u8>],
+    tls_verify: bool,
+    client_cert: Option<&certs::ClientCert>,
+) -> Result<reqwest::Client> {
+    let roots = ca_pems
+        .iter()
+        .map(|pem| reqwest::Certificate::from_pem(pem))
+        .collect::<reqwest::Result<Vec<_>>>()?;
+    let mut builder = reqwest::Client::builder();
+    if let Some(cert) = client_cert {
+        builder = builder.identity(reqwest::Identity::from_pkcs8_pem(
+            &cert.cert_chain_pem,
+            &cert.key_pkcs8_pem,
+        )?);
+    }
+    Ok(builder
+        .danger_accept_invalid_certs(!tls_verify)
+        .danger_accept_invalid_hostnames(!tls_verify)
+        .tls_certs_merge(roots)
+        .read_timeout(STALL_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .user_agent(ClientConfig::default().user_agent)
+        .build()?)
+}
+
 /// A blob's bytes from some offset on.
 pub struct BlobStream {
     pub stream: BoxStream<'static, std::io::Result<Bytes>>,
@@ -459,121 +493,4 @@ fn safe_descriptor(desc: &OciDescriptor) -> OciDescriptor {
 
 pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-enum Parsed {
-    Manifest(Box<ImageManifest>),
-    Index(Box<ImageIndex>),
-}
-
-fn parse_manifest(bytes: &[u8]) -> Result<Parsed> {
-    let value: serde_json::Value = crate::image::parse_json(bytes, "manifest")?;
-    let media_type = value
-        .get("mediaType")
-        .and_then(|v| v.as_str())
-        .unwrap_or_default();
-    if value.get("schemaVersion").and_then(|v| v.as_i64()) == Some(1) {
-        bail!("Docker schema 1 manifests are not supported; push the image as schema 2 or OCI");
-    }
-    let is_index = match media_type {
-        OCI_INDEX | DOCKER_LIST => true,
-        OCI_MANIFEST | DOCKER_MANIFEST => false,
-        // OCI allows an absent mediaType; the shape tells.
-        "" => value.get("manifests").is_some(),
-        other => bail!("unsupported manifest media type {other:?}"),
-    };
-    if is_index {
-        Ok(Parsed::Index(Box::new(
-            serde_json::from_value(value).context("malformed image index")?,
-        )))
-    } else {
-        Ok(Parsed::Manifest(Box::new(
-            serde_json::from_value(value).context("malformed image manifest")?,
-        )))
-    }
-}
-
-/// (os, architecture) in OCI's spelling.
-fn host_platform() -> (&'static str, &'static str) {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "powerpc64" => "ppc64le",
-        "s390x" => "s390x",
-        "x86" => "386",
-        other => other,
-    };
-    ("linux", arch)
-}
-
-fn pick_platform(index: &ImageIndex) -> Result<String> {
-    let (os, arch) = host_platform();
-    let mut seen = Vec::new();
-    for entry in index.manifests() {
-        let Some(platform) = entry.platform() else {
-            seen.push("(no platform)".to_string());
-            continue;
-        };
-        let (p_os, p_arch) = (
-            platform.os().to_string(),
-            platform.architecture().to_string(),
-        );
-        if p_os == os && p_arch == arch {
-            return Ok(entry.digest().to_string());
-        }
-        seen.push(format!("{p_os}/{p_arch}"));
-    }
-    bail!(
-        "no manifest for {os}/{arch}; the index has: {}",
-        seen.join(", ")
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn index_resolves_to_host_platform() {
-        let (os, arch) = host_platform();
-        let d1 = format!("sha256:{}", "1".repeat(64));
-        let d2 = format!("sha256:{}", "2".repeat(64));
-        let json = serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": OCI_INDEX,
-            "manifests": [
-                {"mediaType": OCI_MANIFEST, "digest": d1, "size": 10,
-                 "platform": {"os": "linux", "architecture": "riscv64"}},
-                {"mediaType": OCI_MANIFEST, "digest": d2, "size": 10,
-                 "platform": {"os": os, "architecture": arch}},
-            ]
-        });
-        let Parsed::Index(index) = parse_manifest(json.to_string().as_bytes()).unwrap() else {
-            panic!("not parsed as an index")
-        };
-        assert_eq!(pick_platform(&index).unwrap(), d2);
-    }
-
-    #[test]
-    fn index_without_host_platform_lists_what_it_has() {
-        let json = serde_json::json!({
-            "schemaVersion": 2,
-            "manifests": [{"mediaType": OCI_MANIFEST, "digest": format!("sha256:{}", "1".repeat(64)),
-                "size": 10, "platform": {"os": "linux", "architecture": "riscv64"}}]
-        });
-        let Parsed::Index(index) = parse_manifest(json.to_string().as_bytes()).unwrap() else {
-            panic!("not parsed as an index")
-        };
-        let err = pick_platform(&index).unwrap_err().to_string();
-        assert!(err.contains("linux/riscv64"), "{err}");
-    }
-
-    #[test]
-    fn schema1_is_refused_clearly() {
-        let err = parse_manifest(br#"{"schemaVersion":1,"fsLayers":[]}"#)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(err.contains("schema 1"), "{err}");
-    }
 }
