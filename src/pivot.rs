@@ -409,6 +409,9 @@ impl Run<'_> {
             Ok(Some(OsImage {
                 version: deployments::commit_version(&repo, &commit)?,
                 digest,
+                // The layers are not read again; the origin of a download is pivot's own
+                // (`custom-url`), which `pivot status` reads for either format.
+                format: crate::image::Format::Legacy,
                 commit_label: Some(commit.to_string()),
                 layers: Vec::new(),
             }))
@@ -615,6 +618,7 @@ impl Job {
                 digest: &self.os.digest,
                 version: self.os.version.as_deref(),
                 pullspec: &self.pullspec,
+                format: self.os.format,
             },
         );
         let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
@@ -654,7 +658,7 @@ impl Job {
             .map(|l| (l.descriptor.digest.clone(), l.descriptor.size.max(0) as u64))
             .collect();
         self.progress.start(&self.pullspec, &self.os.digest, &sizes);
-        let mut importer = RepoImporter::new(repo.clone());
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format);
         // Merged in layer order, so a later layer's config or ref wins as it would in a
         // sequential import.
         for layer in self.import_each_layer(repo, spools)? {
@@ -725,7 +729,7 @@ impl Job {
         )
         .with_context(context)?
         .with_progress(self.progress.clone(), i);
-        let mut importer = RepoImporter::new(repo.clone());
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format);
         let size = layer.descriptor.size.max(0) as u64;
         importer
             .import_blob(reader, layer.compression, size)

@@ -1,5 +1,6 @@
-//! Importing the OSTree archive repo at `srv/repo` of an oscontainer's layers into the sysroot's
-//! repo, straight from the layer streams: each object is written into the caller's open
+//! Importing the OSTree commit an image carries into the sysroot's repo, straight from the layer
+//! streams: for a legacy oscontainer the archive repo at `srv/repo` of its layers, for an
+//! ostree-native image the ostree-rs-ext tar format ([`native`]). In both, each object is written into the caller's open
 //! transaction with its expected checksum, so libostree verifies every object and nothing of the
 //! image is unpacked to disk. Objects the repo already has are skipped.
 //!
@@ -8,6 +9,7 @@
 //! to its name ([`objects`]), and the repo's text files must be small, UTF-8 and free of NULs.
 
 mod member;
+mod native;
 mod objects;
 mod stream;
 
@@ -21,7 +23,7 @@ use ostree::gio;
 use ostree::glib;
 use ostree::ObjectType;
 
-use crate::image::{is_checksum, Compression};
+use crate::image::{is_checksum, Compression, Format};
 use member::{Member, MemberCheck};
 use objects::{object_name, write_object, Outcome};
 use stream::{decompress, ChunkReader, DECOMPRESSED_AHEAD};
@@ -35,6 +37,9 @@ const MAX_TEXT: u64 = 1 << 20;
 /// Collects what the layers say about the repo while their objects are written.
 pub struct RepoImporter {
     repo: ostree::Repo,
+    format: Format,
+    /// What the layer being imported keeps between members, for [`Format::Native`].
+    native: native::NativeLayer,
     /// Contents of `srv/repo/config`, if any layer had it.
     config: Option<String>,
     /// ref name → checksum, from `srv/repo/refs/`.
@@ -47,9 +52,11 @@ pub struct RepoImporter {
 impl RepoImporter {
     /// `repo` must be in a transaction: objects only become visible when the caller commits it.
     /// Several importers may write into one transaction from different threads.
-    pub fn new(repo: ostree::Repo) -> Self {
+    pub fn new(repo: ostree::Repo, format: Format) -> Self {
         RepoImporter {
             repo,
+            format,
+            native: native::NativeLayer::default(),
             config: None,
             refs: BTreeMap::new(),
             members: MemberCheck::default(),
@@ -66,8 +73,8 @@ impl RepoImporter {
             self.config = later.config;
         }
         self.refs.extend(later.refs);
-        self.objects_written += later.objects_written;
-        self.objects_skipped += later.objects_skipped;
+        self.objects_written += later.objects_written + later.native.objects_written;
+        self.objects_skipped += later.objects_skipped + later.native.objects_skipped;
         Ok(())
     }
 
@@ -99,6 +106,9 @@ impl RepoImporter {
 
     /// Imports an uncompressed tar layer read from `reader` (the fuzzing entry point).
     pub fn import_tar(&mut self, reader: impl Read) -> Result<()> {
+        if self.format == Format::Native {
+            return self.native.import_tar(&self.repo, reader);
+        }
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries().context("reading the layer as tar")? {
             let mut entry = entry.context("reading the layer as tar")?;
@@ -149,6 +159,18 @@ impl RepoImporter {
     /// Picks the commit to deploy (the label's, else the repo's single ref) and checks that
     /// every object it reaches is now in the repo.
     pub fn finish(self, commit_label: Option<&str>) -> Result<String> {
+        if self.format == Format::Native {
+            let commit =
+                commit_label.context("an ostree-native image names its commit by a label")?;
+            ensure!(
+                self.repo
+                    .has_object(ObjectType::Commit, commit, gio::Cancellable::NONE)?,
+                "commit {commit} (label {}) is not in the image's layers",
+                crate::image::NATIVE_COMMIT_LABEL
+            );
+            verify_complete(&self.repo, commit)?;
+            return Ok(commit.to_string());
+        }
         let Some(config) = &self.config else {
             bail!("the image has no OSTree repository at {REPO_DIR} (no {REPO_DIR}config in any layer)");
         };

@@ -1,0 +1,234 @@
+//! ostree-native container images (CoreOS, RHCOS, bootc), written by an independent producer:
+//! ostree-rs-ext's own encapsulation (`tests/ext-fixtures`, built here), pushed to the test
+//! registry by skopeo, and deployed by pivot into a throwaway sysroot.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use ostree::gio;
+
+/// The images ext-fixtures wrote from `os-v2`, pushed as `pivot/native:<name>`.
+struct NativeImages {
+    commit: String,
+    /// name (`encapsulated`, `chunked`, `derived`) → manifest digest as pushed
+    digests: BTreeMap<String, String>,
+    _dir: tempfile::TempDir,
+}
+
+impl NativeImages {
+    fn pullspec(&self, env: &Env, name: &str) -> String {
+        format!("{}/pivot/native:{name}", env.registry.host())
+    }
+
+    fn pinned(&self, env: &Env, name: &str) -> String {
+        format!(
+            "{}/pivot/native@{}",
+            env.registry.host(),
+            self.digests[name]
+        )
+    }
+}
+
+/// Builds the fixture tool (in its own workspace, under this target dir).
+fn ext_fixtures_tool() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = root.join("target/ext-fixtures");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "--manifest-path"])
+        .arg(root.join("tests/ext-fixtures/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .expect("running cargo for tests/ext-fixtures");
+    assert!(status.success(), "building tests/ext-fixtures failed");
+    target.join("debug/ext-fixtures")
+}
+
+/// `oci:` directories written by ostree-rs-ext from `os-v2` (version 2).
+struct OciDirs {
+    commit: String,
+    names: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+/// Commits `os-v2` (version 2) and encapsulates it with ostree-rs-ext.
+fn encapsulate_v2() -> OciDirs {
+    let dir = tempfile::tempdir().unwrap();
+    let repo_path = dir.path().join("repo");
+    let repo = ostree::Repo::new_for_path(&repo_path);
+    repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
+        .unwrap();
+    let commit = pivot_testkit::commit_tree(&repo, &fixture("os-v2"), Some("os"), "2").unwrap();
+
+    let out_dir = dir.path().join("oci");
+    let out = Command::new(ext_fixtures_tool())
+        .arg(&repo_path)
+        .arg("os")
+        .arg(&out_dir)
+        .output()
+        .expect("running ext-fixtures");
+    assert!(
+        out.status.success(),
+        "ext-fixtures failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_once(' ').expect("NAME DIGEST").0.to_string())
+        .collect();
+    OciDirs { commit, names, dir }
+}
+
+/// Pushes the `oci:` directories to `env`'s registry with skopeo, as `pivot/native:<name>`.
+fn push_native_images(env: &Env, oci: &OciDirs) -> NativeImages {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = oci.dir.path().join("oci");
+    let mut digests = BTreeMap::new();
+    for name in &oci.names {
+        let digest_file = dir.path().join(format!("{name}.digest"));
+        let status = Command::new("skopeo")
+            .args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
+            .arg(&digest_file)
+            .arg(format!("oci:{}", out_dir.join(name).display()))
+            .arg(format!(
+                "docker://{}/pivot/native:{name}",
+                env.registry.host()
+            ))
+            .status()
+            .expect("running skopeo");
+        assert!(status.success(), "skopeo copy of {name} failed");
+        digests.insert(name.to_string(), read(&digest_file).trim().to_string());
+    }
+    NativeImages {
+        commit: oci.commit.clone(),
+        digests,
+        _dir: dir,
+    }
+}
+
+fn origin_of(env: &Env, commit: &str) -> String {
+    read(&env.sysroot.path.join(format!(
+        "ostree/deploy/{STATEROOT}/deploy/{commit}.0.origin"
+    )))
+}
+
+fn fsck(env: &Env) {
+    let out = Command::new("ostree")
+        .arg("fsck")
+        .arg(format!("--repo={}", env.sysroot.repo_path().display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ostree fsck:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Deploys `name` and checks the deployment is v2's commit, with v2's files and a native origin.
+fn assert_deploys(env: &Env, images: &NativeImages, name: &str) {
+    let out = env.pivot(&[&images.pullspec(env, name)]);
+    assert_success(&out);
+    let status = env.status_json();
+    let new = &status["deployments"][0];
+    assert_eq!(new["checksum"], images.commit.as_str(), "{status:#}");
+    assert_eq!(new["version"], "2");
+    assert_eq!(
+        new["image"],
+        format!(
+            "{}/pivot/native@{}",
+            env.registry.host(),
+            images.digests[name]
+        )
+        .as_str()
+    );
+    let deployment = env.deployment(0);
+    assert_eq!(read(&deployment.join("usr/share/pivot/v2-marker")), "v2\n");
+    assert!(read(&deployment.join("usr/lib/os-release")).contains("VERSION=\"2\""));
+    let origin = origin_of(env, &images.commit);
+    assert!(
+        origin.contains(&format!(
+            "container-image-reference=ostree-unverified-registry:{}\n",
+            images.pinned(env, name)
+        )),
+        "{origin}"
+    );
+    assert!(origin.contains("[pivot]"), "{origin}");
+    fsck(env);
+}
+
+#[test]
+fn native_images_deploy_encapsulated_and_chunked_and_derived_ones_are_refused() {
+    // One registry and one set of images (building and running ostree-rs-ext is the slow part);
+    // each case on its own sysroot.
+    let oci = encapsulate_v2();
+    let env = Env::new();
+    let images = push_native_images(&env, &oci);
+    assert_eq!(
+        images.digests.keys().collect::<Vec<_>>(),
+        ["chunked", "derived", "encapsulated"]
+    );
+
+    // Encapsulated (one layer); pivoting again to it is a no-op.
+    assert_deploys(&env, &images, "encapsulated");
+    let before = env.sysroot.snapshot().unwrap();
+    let out = env.pivot(&[&images.pullspec(&env, "encapsulated")]);
+    assert_success(&out);
+    assert_eq!(
+        env.sysroot.snapshot().unwrap(),
+        before,
+        "a second pivot changed the sysroot"
+    );
+    let out = env.subcommand("status", &[]);
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&images.pinned(&env, "encapsulated")),
+        "{text}"
+    );
+
+    // Chunked (commit layer + component layers up to ostree.final-diffid), on a fresh sysroot.
+    let chunked = Env::new();
+    let images = push_native_images(&chunked, &oci);
+    let layers = manifest_layers(&chunked, "chunked");
+    assert!(layers > 2, "the chunked image has {layers} layers");
+    assert_deploys(&chunked, &images, "chunked");
+
+    // Derived (a container build's layer on top): refused before anything is downloaded.
+    let derived = Env::new();
+    let images = push_native_images(&derived, &oci);
+    assert_refused(
+        &derived,
+        &[&images.pullspec(&derived, "derived")],
+        &[
+            "derived",
+            "ostree.final-diffid",
+            "does not apply derived layers",
+        ],
+    );
+}
+
+/// The layer count of `pivot/native:<name>` in the registry.
+fn manifest_layers(env: &Env, name: &str) -> usize {
+    let out = Command::new("skopeo")
+        .args(["inspect", "--raw", "--tls-verify=false"])
+        .arg(format!(
+            "docker://{}/pivot/native:{name}",
+            env.registry.host()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    manifest["layers"].as_array().unwrap().len()
+}
