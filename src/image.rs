@@ -45,6 +45,9 @@ pub enum Compression {
 pub struct Layer {
     pub descriptor: OciDescriptor,
     pub compression: Compression,
+    /// A layer of an ostree-native image after `ostree.final-diffid`: files a container build
+    /// added, applied as a new commit on top of the image's.
+    pub derived: bool,
 }
 
 /// An oscontainer as described by its manifest and config, before any layer is fetched.
@@ -53,7 +56,12 @@ pub struct OsImage {
     /// The digest the image is known by (the index's, when the pullspec named one).
     pub digest: String,
     pub format: Format,
+    /// The commit that is the target: once it is deployed, the node is at this image. None when
+    /// the image does not say (a legacy one without the label) or when its commit is made by
+    /// pivot (an ostree-native image with derived layers).
     pub commit_label: Option<String>,
+    /// For an ostree-native image with derived layers: the commit they apply on.
+    pub base_commit: Option<String>,
     pub version: Option<String>,
     pub layers: Vec<Layer>,
 }
@@ -82,7 +90,7 @@ impl OsImage {
             }
         };
         let native = label(NATIVE_COMMIT_LABEL)?;
-        let (format, commit_label) = match native {
+        let (format, mut commit_label) = match native {
             Some(commit) => (Format::Native, Some((NATIVE_COMMIT_LABEL, commit))),
             None => (
                 Format::Legacy,
@@ -103,6 +111,7 @@ impl OsImage {
                 Ok(Layer {
                     compression: compression_of(d.media_type().as_ref())?,
                     descriptor: to_oci(d),
+                    derived: false,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -115,15 +124,13 @@ impl OsImage {
                 "the image config lists more layers ({commit_layers}) than its manifest ({})",
                 layers.len()
             );
-            let derived = layers.len() - commit_layers;
-            ensure!(
-                derived == 0,
-                "the image is derived from an ostree-native image: {derived} layer(s) after the one \
-                 labelled {FINAL_DIFFID_LABEL} were added by a container build, and pivot does not \
-                 apply derived layers yet; deploy the base image, or build the changes into the \
-                 OSTree commit itself"
-            );
-            layers.truncate(commit_layers);
+            for layer in &mut layers[commit_layers..] {
+                layer.derived = true;
+            }
+        }
+        let mut base_commit = None;
+        if layers.iter().any(|l| l.derived) {
+            base_commit = commit_label.take();
         }
         let version = match label(VERSION_LABEL)? {
             Some(v) => Some(v),
@@ -133,6 +140,7 @@ impl OsImage {
             digest: resolved.digest.clone(),
             format,
             commit_label: commit_label.map(|(_, c)| c),
+            base_commit: base_commit.map(|(_, c)| c),
             version,
             layers,
         })

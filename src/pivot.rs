@@ -413,6 +413,7 @@ impl Run<'_> {
                 // (`custom-url`), which `pivot status` reads for either format.
                 format: crate::image::Format::Legacy,
                 commit_label: Some(commit.to_string()),
+                base_commit: None,
                 layers: Vec::new(),
             }))
         })
@@ -658,14 +659,14 @@ impl Job {
             .map(|l| (l.descriptor.digest.clone(), l.descriptor.size.max(0) as u64))
             .collect();
         self.progress.start(&self.pullspec, &self.os.digest, &sizes);
-        let mut importer = RepoImporter::new(repo.clone(), self.os.format);
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format, false);
         // Merged in layer order, so a later layer's config or ref wins as it would in a
         // sequential import.
         for layer in self.import_each_layer(repo, spools)? {
             importer.absorb(layer)?;
         }
         let (written, skipped) = (importer.objects_written, importer.objects_skipped);
-        let commit = importer.finish(self.os.commit_label.as_deref())?;
+        let commit = importer.finish(&self.os)?;
         tx.commit(gio::Cancellable::NONE)
             .context("committing the imported objects")?;
         tracing::info!("imported {commit}: {written} objects written, {skipped} already present");
@@ -729,7 +730,7 @@ impl Job {
         )
         .with_context(context)?
         .with_progress(self.progress.clone(), i);
-        let mut importer = RepoImporter::new(repo.clone(), self.os.format);
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format, layer.derived);
         let size = layer.descriptor.size.max(0) as u64;
         importer
             .import_blob(reader, layer.compression, size)

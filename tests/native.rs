@@ -164,7 +164,7 @@ fn assert_deploys(env: &Env, images: &NativeImages, name: &str) {
 }
 
 #[test]
-fn native_images_deploy_encapsulated_and_chunked_and_derived_ones_are_refused() {
+fn native_images_deploy_encapsulated_chunked_and_derived() {
     // One registry and one set of images (building and running ostree-rs-ext is the slow part);
     // each case on its own sysroot.
     let oci = encapsulate_v2();
@@ -200,17 +200,52 @@ fn native_images_deploy_encapsulated_and_chunked_and_derived_ones_are_refused() 
     assert!(layers > 2, "the chunked image has {layers} layers");
     assert_deploys(&chunked, &images, "chunked");
 
-    // Derived (a container build's layer on top): refused before anything is downloaded.
+    // Derived (a container build's layer on top): applied as a new commit on v2's, with the
+    // whiteout honoured and etc/ carried as usr/etc/.
     let derived = Env::new();
     let images = push_native_images(&derived, &oci);
-    assert_refused(
-        &derived,
-        &[&images.pullspec(&derived, "derived")],
-        &[
-            "derived",
-            "ostree.final-diffid",
-            "does not apply derived layers",
-        ],
+    let out = derived.pivot(&[&images.pullspec(&derived, "derived")]);
+    assert_success(&out);
+    let status = derived.status_json();
+    let new = &status["deployments"][0];
+    let commit = new["checksum"].as_str().unwrap().to_string();
+    assert_ne!(commit, images.commit, "the derived layer was not applied");
+    assert_eq!(new["version"], "2");
+    assert_eq!(new["image"], images.pinned(&derived, "derived").as_str());
+    let deployment = derived.deployment(0);
+    assert_eq!(
+        read(&deployment.join("usr/share/derived/added")),
+        "derived\n"
+    );
+    assert!(
+        !deployment.join("usr/share/pivot/v2-marker").exists(),
+        "the whiteout was not honoured"
+    );
+    assert!(read(&deployment.join("usr/lib/os-release")).contains("VERSION=\"2\""));
+    assert_eq!(
+        read(&deployment.join("usr/etc/derived.conf")),
+        "derived=yes\n"
+    );
+    assert_eq!(read(&deployment.join("etc/derived.conf")), "derived=yes\n");
+    let origin = origin_of(&derived, &commit);
+    assert!(
+        origin.contains(&format!(
+            "container-image-reference=ostree-unverified-registry:{}\n",
+            images.pinned(&derived, "derived")
+        )),
+        "{origin}"
+    );
+    fsck(&derived);
+    // The same image again is a no-op, and a pivot of it elsewhere makes the same commit.
+    let before = derived.sysroot.snapshot().unwrap();
+    assert_success(&derived.pivot(&[&images.pullspec(&derived, "derived")]));
+    assert_eq!(derived.sysroot.snapshot().unwrap(), before);
+    let again = Env::new();
+    let images = push_native_images(&again, &oci);
+    assert_success(&again.pivot(&[&images.pullspec(&again, "derived")]));
+    assert_eq!(
+        again.status_json()["deployments"][0]["checksum"],
+        commit.as_str()
     );
 }
 
