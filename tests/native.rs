@@ -10,6 +10,7 @@ use std::process::Command;
 
 use common::*;
 use ostree::gio;
+use pivot_testkit::{Compression, RawImage, RawKind, RawLayer, RawTar};
 
 /// The images ext-fixtures wrote from `os-v2`, pushed as `pivot/native:<name>`.
 struct NativeImages {
@@ -246,6 +247,89 @@ fn native_images_deploy_encapsulated_chunked_and_derived() {
     assert_eq!(
         again.status_json()["deployments"][0]["checksum"],
         commit.as_str()
+    );
+}
+
+/// The one layer of the `encapsulated` oci dir, as raw tar members.
+fn encapsulated_layer(oci: &OciDirs) -> RawTar {
+    let dir = oci.dir.path().join("oci/encapsulated");
+    let blob = |digest: &str| {
+        dir.join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    };
+    let index: serde_json::Value = serde_json::from_str(&read(&dir.join("index.json"))).unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1);
+    let gz = std::fs::File::open(blob(layers[0]["digest"].as_str().unwrap())).unwrap();
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+    let mut raw = RawTar::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path_bytes().into_owned();
+        let mode = entry.header().mode().unwrap();
+        assert_eq!(
+            entry.header().uid().unwrap(),
+            0,
+            "the fixture's files are root's"
+        );
+        let link = || String::from_utf8(entry.link_name_bytes().unwrap().into_owned()).unwrap();
+        let kind = match entry.header().entry_type() {
+            tar::EntryType::Directory => RawKind::Dir,
+            tar::EntryType::Symlink => RawKind::Symlink(link()),
+            tar::EntryType::Link => RawKind::HardLink(link()),
+            tar::EntryType::Regular => {
+                let mut data = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut data).unwrap();
+                RawKind::File(data)
+            }
+            other => panic!("unexpected member type {other:?}"),
+        };
+        raw = raw.entry(name, mode, kind);
+    }
+    raw
+}
+
+#[test]
+fn a_native_object_whose_content_does_not_match_its_name_is_refused() {
+    let oci = encapsulate_v2();
+    let mut layer = encapsulated_layer(&oci);
+    // The content object of usr/share/pivot/v2-marker ("v2\n"), given other bytes of that size.
+    let object = layer
+        .entries
+        .iter_mut()
+        .find(|e| {
+            e.name.starts_with(b"sysroot/ostree/repo/objects/")
+                && e.name.ends_with(b".file")
+                && matches!(&e.kind, RawKind::File(d) if d == b"v2\n")
+        })
+        .expect("the v2-marker object");
+    object.kind = RawKind::File(b"v3\n".to_vec());
+    let name = String::from_utf8_lossy(&object.name).into_owned();
+    let checksum = name
+        .trim_start_matches("sysroot/ostree/repo/objects/")
+        .trim_end_matches(".file")
+        .replace('/', "");
+
+    let env = Env::new();
+    let mut image = RawImage::new(
+        vec![RawLayer::new(&layer, Compression::Gzip).unwrap()],
+        None,
+    );
+    image.config = RawImage::config_with_labels(serde_json::json!({
+        "ostree.commit": oci.commit,
+        "containers.bootc": "1",
+    }));
+    let pushed = image
+        .push(&env.registry, "pivot/native", "corrupt")
+        .unwrap();
+    assert_refused(
+        &env,
+        &[&pushed.by_tag],
+        &[&checksum, "Corrupted file object"],
     );
 }
 
