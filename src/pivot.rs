@@ -443,13 +443,12 @@ impl Run<'_> {
             os.version.as_deref().unwrap_or("unknown"),
             current.version.as_deref().unwrap_or("unknown")
         );
-        println!(
-            "  commit:  {} (now {})",
-            os.commit_label
-                .as_deref()
-                .unwrap_or("named by the image's repository"),
-            current.checksum
-        );
+        let commit = match (&os.commit_label, &os.base_commit) {
+            (Some(c), _) => c.clone(),
+            (None, Some(base)) => format!("made from {base} and the derived layers"),
+            (None, None) => "named by the image's repository".into(),
+        };
+        println!("  commit:  {commit} (now {})", current.checksum);
         println!(
             "  download: {} in {} layer(s){}",
             crate::progress::human(bytes),

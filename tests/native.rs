@@ -205,6 +205,16 @@ fn native_images_deploy_encapsulated_chunked_and_derived() {
     // whiteout honoured and etc/ carried as usr/etc/.
     let derived = Env::new();
     let images = push_native_images(&derived, &oci);
+    let out = derived.pivot(&["--check", &images.pullspec(&derived, "derived")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&format!(
+            "made from {} and the derived layers",
+            images.commit
+        )),
+        "{report}"
+    );
     let out = derived.pivot(&[&images.pullspec(&derived, "derived")]);
     assert_success(&out);
     let status = derived.status_json();
