@@ -34,19 +34,24 @@ impl NativeImages {
     }
 }
 
-/// Builds the fixture tool (in its own workspace, under this target dir).
-fn ext_fixtures_tool() -> PathBuf {
+/// Builds the fixture tool (in its own workspace, under this target dir); optimised for the
+/// benchmark.
+fn ext_fixtures_tool(release: bool) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target = root.join("target/ext-fixtures");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--quiet", "--manifest-path"])
+        .args(["build", "--quiet"])
+        .args(release.then_some("--release"))
+        .arg("--manifest-path")
         .arg(root.join("tests/ext-fixtures/Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .status()
         .expect("running cargo for tests/ext-fixtures");
     assert!(status.success(), "building tests/ext-fixtures failed");
-    target.join("debug/ext-fixtures")
+    target
+        .join(if release { "release" } else { "debug" })
+        .join("ext-fixtures")
 }
 
 /// `oci:` directories written by ostree-rs-ext from `os-v2` (version 2).
@@ -66,7 +71,7 @@ fn encapsulate_v2() -> OciDirs {
     let commit = pivot_testkit::commit_tree(&repo, &fixture("os-v2"), Some("os"), "2").unwrap();
 
     let out_dir = dir.path().join("oci");
-    let out = Command::new(ext_fixtures_tool())
+    let out = Command::new(ext_fixtures_tool(false))
         .arg(&repo_path)
         .arg("os")
         .arg(&out_dir)
@@ -360,4 +365,78 @@ fn manifest_layers(env: &Env, name: &str) -> usize {
     );
     let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     manifest["layers"].as_array().unwrap().len()
+}
+
+/// Benchmark (`cargo test --release --test native -- --ignored --nocapture`): the import of a
+/// chunked ostree-native image of about 100 MB, by pivot (`--download-only`: pull and import,
+/// no deployment) and by ostree-rs-ext's `ImageImporter` (what rpm-ostree and bootc run, through
+/// skopeo's image proxy), each into a fresh sysroot's repo, alternately.
+#[test]
+#[ignore]
+fn bench_native_import_pivot_vs_ostree_ext() {
+    let mut tree = fixture("os-v2");
+    for d in 0..30 {
+        for f in 0..50 {
+            let text = format!("{d}/{f}\n{}", noise(64 << 10));
+            tree = tree.with_file(&format!("usr/share/bench/d{d:02}/f{f:02}"), 0o644, &text);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo_path = dir.path().join("repo");
+    let repo = ostree::Repo::new_for_path(&repo_path);
+    repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
+        .unwrap();
+    pivot_testkit::commit_tree(&repo, &tree, Some("os"), "2").unwrap();
+    let out_dir = dir.path().join("oci");
+    let tool = ext_fixtures_tool(true);
+    let out = Command::new(&tool)
+        .arg(&repo_path)
+        .arg("os")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let oci = OciDirs {
+        commit: String::new(),
+        names: vec!["chunked".into()],
+        dir,
+    };
+    let (mut pivot_times, mut ext_times) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let env = Env::new();
+        push_native_images(&env, &oci);
+        let pullspec = format!("{}/pivot/native:chunked", env.registry.host());
+        let start = std::time::Instant::now();
+        assert_success(&env.pivot(&["--download-only", &pullspec]));
+        pivot_times.push(start.elapsed().as_secs_f64());
+
+        let env = Env::new();
+        push_native_images(&env, &oci);
+        let start = std::time::Instant::now();
+        let out = Command::new(&tool)
+            .arg("pull")
+            .arg(env.sysroot.repo_path())
+            .arg(format!("{}/pivot/native:chunked", env.registry.host()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ext_times.push(start.elapsed().as_secs_f64());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let (p, e) = (median(&mut pivot_times), median(&mut ext_times));
+    println!(
+        "native import (chunked, ~100 MB): pivot {p:.2} s, ostree-ext {e:.2} s (pivot/ostree-ext {:.2}); all: pivot {pivot_times:?}, ostree-ext {ext_times:?}",
+        p / e
+    );
 }

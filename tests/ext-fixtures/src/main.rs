@@ -10,6 +10,10 @@
 //!   a new file, a file under `etc/`, and a whiteout removing `usr/share/pivot/v2-marker`.
 //!
 //! Prints the three directories' manifest digests, one per line, as `NAME DIGEST`.
+//!
+//! `ext-fixtures pull REPO HOST/PATH:TAG` imports an image from a plain-HTTP registry into the
+//! repo REPO the way rpm-ostree and bootc do (ostree-rs-ext's `ImageImporter`, through skopeo's
+//! image proxy), and prints the merged commit: the peer pivot's native import is measured against.
 
 use std::collections::{BTreeMap, HashSet};
 use std::num::NonZeroU32;
@@ -25,6 +29,11 @@ use ostree_ext::{gio, ostree};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [pull, repo, image] = args.as_slice() {
+        if pull == "pull" {
+            return pull_image(repo, image).await;
+        }
+    }
     let [repo, rev, out] = args.as_slice() else {
         bail!("usage: ext-fixtures REPO REF OUTDIR");
     };
@@ -217,4 +226,29 @@ impl ReplaceSingle for ocidir::OciDir {
         self.replace_with_single_manifest(manifest, oci_image::Platform::default())?;
         Ok(())
     }
+}
+
+async fn pull_image(repo_path: &str, image: &str) -> Result<()> {
+    use ostree_ext::container::store::{ImageImporter, PrepareResult};
+    use ostree_ext::container::{OstreeImageReference, SignatureSource};
+    let repo = ostree::Repo::new_for_path(repo_path);
+    repo.open(gio::Cancellable::NONE)?;
+    let imgref = OstreeImageReference {
+        sigverify: SignatureSource::ContainerPolicyAllowInsecure,
+        imgref: ImageReference {
+            transport: Transport::Registry,
+            name: image.to_string(),
+        },
+    };
+    let config = ostree_ext::containers_image_proxy::ImageProxyConfig {
+        insecure_skip_tls_verification: Some(true),
+        ..Default::default()
+    };
+    let mut importer = ImageImporter::new(&repo, &imgref, config).await?;
+    let state = match importer.prepare().await? {
+        PrepareResult::AlreadyPresent(state) => state,
+        PrepareResult::Ready(prepared) => importer.import(prepared).await?,
+    };
+    println!("{}", state.merge_commit);
+    Ok(())
 }
