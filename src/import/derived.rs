@@ -392,6 +392,111 @@ fn lookup_dir(root: &ostree::MutableTree, path: &str) -> Result<Option<ostree::M
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ostree::gio::prelude::FileExt;
+
+    /// An archive repo in a transaction, with a base commit of `usr/share/{a,b}`,
+    /// `usr/etc/keep.conf` and the symlink `usr/link` → `/etc`.
+    fn base() -> (tempfile::TempDir, ostree::Repo, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir_all(tree.join("usr/share")).unwrap();
+        std::fs::create_dir_all(tree.join("usr/etc")).unwrap();
+        std::fs::write(tree.join("usr/share/a"), "a\n").unwrap();
+        std::fs::write(tree.join("usr/share/b"), "b\n").unwrap();
+        std::fs::write(tree.join("usr/etc/keep.conf"), "keep\n").unwrap();
+        std::os::unix::fs::symlink("/etc", tree.join("usr/link")).unwrap();
+        let repo = ostree::Repo::new_for_path(dir.path().join("repo"));
+        repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
+            .unwrap();
+        repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
+        let mtree = ostree::MutableTree::new();
+        repo.write_directory_to_mtree(
+            &gio::File::for_path(&tree),
+            &mtree,
+            None,
+            gio::Cancellable::NONE,
+        )
+        .unwrap();
+        let root = repo.write_mtree(&mtree, gio::Cancellable::NONE).unwrap();
+        let root = glib::object::Cast::downcast::<ostree::RepoFile>(root).unwrap();
+        let commit = repo
+            .write_commit(None, None, None, None, &root, gio::Cancellable::NONE)
+            .unwrap()
+            .to_string();
+        (dir, repo, commit)
+    }
+
+    fn layer(entries: &[(&str, EntryType, &[u8])]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, kind, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_mode(if kind.is_dir() { 0o755 } else { 0o644 });
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_size(data.len() as u64);
+            tar.append_data(&mut h, path, *data).unwrap();
+        }
+        tar.into_inner().unwrap()
+    }
+
+    fn apply_layers(repo: &ostree::Repo, base: &str, layers: &[Vec<u8>]) -> Result<String> {
+        let mut all = DerivedLayer::default();
+        for data in layers {
+            let mut one = DerivedLayer::default();
+            one.import_tar(repo, data.as_slice())?;
+            all.absorb(one);
+        }
+        apply(repo, base, &all)
+    }
+
+    fn exists(repo: &ostree::Repo, commit: &str, path: &str) -> bool {
+        let (root, _) = repo.read_commit(commit, gio::Cancellable::NONE).unwrap();
+        root.resolve_relative_path(path)
+            .query_exists(gio::Cancellable::NONE)
+    }
+
+    #[test]
+    fn whiteouts_hide_only_lower_layers_and_etc_goes_to_usr_etc() {
+        let (_dir, repo, base) = base();
+        let dir = EntryType::Directory;
+        let file = EntryType::Regular;
+        let first = layer(&[
+            ("usr/share/", dir, b""),
+            ("usr/share/c", file, b"c\n"),
+            ("usr/share/.wh.a", file, b""),
+            ("etc/", dir, b""),
+            ("etc/new.conf", file, b"new\n"),
+            ("opt/dropped", file, b"x\n"),
+        ]);
+        // An opaque directory hides the lower layers' b and c, not its own layer's d.
+        let second = layer(&[
+            ("usr/share/d", file, b"d\n"),
+            ("usr/share/.wh..wh..opq", file, b""),
+        ]);
+        let commit = apply_layers(&repo, &base, std::slice::from_ref(&first)).unwrap();
+        assert!(!exists(&repo, &commit, "usr/share/a"));
+        assert!(exists(&repo, &commit, "usr/share/b"));
+        assert!(exists(&repo, &commit, "usr/share/c"));
+        assert!(exists(&repo, &commit, "usr/etc/new.conf"));
+        assert!(exists(&repo, &commit, "usr/etc/keep.conf"));
+        assert!(!exists(&repo, &commit, "opt"));
+        let layers = [first, second];
+        let commit = apply_layers(&repo, &base, &layers).unwrap();
+        assert!(exists(&repo, &commit, "usr/share/d"));
+        assert!(!exists(&repo, &commit, "usr/share/b"));
+        assert!(!exists(&repo, &commit, "usr/share/c"));
+        // The same layers on the same commit give the same commit.
+        assert_eq!(apply_layers(&repo, &base, &layers).unwrap(), commit);
+    }
+
+    #[test]
+    fn a_layer_cannot_write_through_a_symlink_of_the_image() {
+        let (_dir, repo, base) = base();
+        let data = layer(&[("usr/link/shadow", EntryType::Regular, b"x\n")]);
+        let err = format!("{:#}", apply_layers(&repo, &base, &[data]).unwrap_err());
+        assert!(err.contains("is not a directory in the image"), "{err}");
+    }
 
     #[test]
     fn layer_paths_map_as_ostree_rs_ext_maps_them() {
