@@ -220,6 +220,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn native_commit_layers_end_at_the_final_diffid() {
+        let config = serde_json::json!({
+            "rootfs": { "type": "layers", "diff_ids": ["sha256:a", "sha256:b", "sha256:c"] }
+        });
+        let layers = |label: Option<&str>| native_commit_layers(&config, label.map(Into::into));
+        assert_eq!(layers(Some("sha256:b")).unwrap(), Some(2));
+        assert_eq!(layers(Some("sha256:c")).unwrap(), Some(3));
+        assert_eq!(layers(None).unwrap(), None);
+        let err = layers(Some("sha256:x")).unwrap_err().to_string();
+        assert!(err.contains(FINAL_DIFFID_LABEL), "{err}");
+    }
+
+    #[test]
     fn layer_media_types_map_to_compression() {
         assert_eq!(
             compression_of("application/vnd.docker.image.rootfs.diff.tar.gzip").unwrap(),
