@@ -6,7 +6,8 @@
 use anyhow::{Context, Result};
 use ostree::{gio, glib};
 
-use crate::deployments::ORIGIN_SCHEME;
+use crate::deployments::{NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME};
+use crate::image::Format;
 use crate::kargs::{self, Edit};
 
 /// Holds the sysroot lock for as long as it lives.
@@ -37,11 +38,25 @@ pub struct OriginInfo<'a> {
     pub version: Option<&'a str>,
     /// The pullspec as the admin gave it (tag included), for people.
     pub pullspec: &'a str,
+    pub format: Format,
 }
 
-/// The origin as rpm-ostree writes it for `rebase :<commit> --custom-origin-url …`, which is how
-/// openshift/pivot recorded pivots and how rpm-ostree-era tools read them back.
+/// The origin of the new deployment. For a legacy oscontainer: as rpm-ostree writes it for
+/// `rebase :<commit> --custom-origin-url …`, which is how openshift/pivot recorded pivots and how
+/// rpm-ostree-era tools read them back. For an ostree-native image: the
+/// `container-image-reference` bootc and rpm-ostree write and read for container deployments.
+/// Either way with pivot's own `[pivot]` group (pullspec and version label, for status).
 pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
+    if info.format == Format::Native {
+        let origin = glib::KeyFile::new();
+        origin.set_string(
+            "origin",
+            "container-image-reference",
+            &format!("{NATIVE_ORIGIN_TRANSPORT}{}@{}", info.name, info.digest),
+        );
+        pivot_group(&origin, info);
+        return origin;
+    }
     let origin = sysroot.origin_new_from_refspec(info.commit);
     origin.set_string(
         "origin",
@@ -53,12 +68,16 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
         None => format!("Managed by pivot: {}", info.pullspec),
     };
     origin.set_string("origin", "custom-description", &description);
-    // pivot's own group: the pullspec as given and the image's version label, for status.
+    pivot_group(&origin, info);
+    origin
+}
+
+/// pivot's own group: the pullspec as given and the image's version label, for status.
+fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo) {
     origin.set_string("pivot", "pullspec", info.pullspec);
     if let Some(version) = info.version {
         origin.set_string("pivot", "version", version);
     }
-    origin
 }
 
 pub struct Deployed {

@@ -10,6 +10,9 @@ use serde::Serialize;
 
 /// The scheme of the origin's `custom-url`, as openshift/pivot wrote it.
 pub const ORIGIN_SCHEME: &str = "pivot://";
+/// The transport of an ostree-native deployment's `container-image-reference`, as bootc and
+/// rpm-ostree write it for an image pulled without signature verification.
+pub const NATIVE_ORIGIN_TRANSPORT: &str = "ostree-unverified-registry:";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DeploymentInfo {
@@ -110,7 +113,71 @@ pub fn commit_version(repo: &ostree::Repo, checksum: &str) -> Result<Option<Stri
     Ok(metadata.lookup::<String>("version").ok().flatten())
 }
 
+/// `host/path@digest` of the image a deployment came from: pivot's (and openshift/pivot's)
+/// `custom-url`, or the `container-image-reference` of an ostree-native deployment (made by
+/// pivot, bootc or rpm-ostree) when it names a registry image by digest.
 fn origin_image(origin: &glib::KeyFile) -> Option<String> {
-    let url = origin.string("origin", "custom-url").ok()?;
-    url.strip_prefix(ORIGIN_SCHEME).map(str::to_string)
+    if let Ok(url) = origin.string("origin", "custom-url") {
+        return url.strip_prefix(ORIGIN_SCHEME).map(str::to_string);
+    }
+    let reference = origin.string("origin", "container-image-reference").ok()?;
+    native_image(&reference)
+}
+
+/// The registry image of an ostree-rs-ext image reference (`<sigverify>:<transport>:<name>`),
+/// if it is pinned to a digest.
+fn native_image(reference: &str) -> Option<String> {
+    // Signature policy first; the remote-verified ones name the remote next.
+    let transport_and_name = if let Some(r) = reference.strip_prefix("ostree-unverified-registry:")
+    {
+        return r.contains("@sha256:").then(|| r.to_string());
+    } else if let Some(r) = reference
+        .strip_prefix("ostree-unverified-image:")
+        .or_else(|| reference.strip_prefix("ostree-image-signed:"))
+    {
+        r
+    } else if let Some(r) = reference.strip_prefix("ostree-remote-registry:") {
+        let (_, name) = r.split_once(':')?;
+        return name.contains("@sha256:").then(|| name.to_string());
+    } else {
+        reference
+            .strip_prefix("ostree-remote-image:")?
+            .split_once(':')?
+            .1
+    };
+    let name = transport_and_name
+        .strip_prefix("registry:")
+        .or_else(|| transport_and_name.strip_prefix("docker://"))?;
+    name.contains("@sha256:").then(|| name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_references_name_their_registry_image() {
+        let pinned = "quay.io/fedora/fedora-coreos@sha256:abc";
+        for reference in [
+            format!("ostree-unverified-registry:{pinned}"),
+            format!("ostree-unverified-image:docker://{pinned}"),
+            format!("ostree-image-signed:registry:{pinned}"),
+            format!("ostree-remote-registry:fedora:{pinned}"),
+            format!("ostree-remote-image:fedora:docker://{pinned}"),
+        ] {
+            assert_eq!(
+                native_image(&reference).as_deref(),
+                Some(pinned),
+                "{reference}"
+            );
+        }
+        assert_eq!(
+            native_image("ostree-unverified-registry:quay.io/x:latest"),
+            None
+        );
+        assert_eq!(
+            native_image("ostree-unverified-image:oci:/srv/x@sha256:abc"),
+            None
+        );
+    }
 }

@@ -1,10 +1,17 @@
-//! The oscontainer format: what an image's manifest and config say about the OS inside.
+//! The two image formats pivot deploys, told apart by the config labels, and what an image's
+//! manifest and config say about the OS inside.
 //!
-//! A (legacy) oscontainer carries an OSTree archive repo at `srv/repo` in its layers; the commit
-//! to deploy is named by the config label `com.coreos.ostree-commit` (if absent: the repo's single
-//! ref), and the label `version` is the version shown to people.
+//! - A legacy oscontainer carries an OSTree archive repo at `srv/repo` in its layers; the commit
+//!   to deploy is named by the config label `com.coreos.ostree-commit` (if absent: the repo's
+//!   single ref).
+//! - An ostree-native container (CoreOS, RHCOS and bootc images, written by ostree-rs-ext) names
+//!   its commit by the label `ostree.commit`; layer 0 carries the commit and its metadata, the
+//!   layers up to the one whose diffid is the label `ostree.final-diffid` carry its content, and
+//!   any layers after that were derived from it by a container build.
+//!
+//! The label `version` (or `org.opencontainers.image.version`) is the version shown to people.
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use oci_client::manifest::OciDescriptor;
 use oci_spec::image::{Descriptor, ImageManifest};
 
@@ -12,6 +19,20 @@ use crate::registry::ResolvedManifest;
 
 pub const COMMIT_LABEL: &str = "com.coreos.ostree-commit";
 pub const VERSION_LABEL: &str = "version";
+/// The commit of an ostree-native container image.
+pub const NATIVE_COMMIT_LABEL: &str = "ostree.commit";
+/// The diffid of the last layer of an ostree-native image that belongs to its commit.
+pub const FINAL_DIFFID_LABEL: &str = "ostree.final-diffid";
+const OCI_VERSION_LABEL: &str = "org.opencontainers.image.version";
+
+/// How an image carries its OSTree commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// An archive repo at `srv/repo/` (label `com.coreos.ostree-commit`).
+    Legacy,
+    /// The ostree-rs-ext tar format under `sysroot/ostree/repo/` (label `ostree.commit`).
+    Native,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
@@ -24,6 +45,9 @@ pub enum Compression {
 pub struct Layer {
     pub descriptor: OciDescriptor,
     pub compression: Compression,
+    /// A layer of an ostree-native image after `ostree.final-diffid`: files a container build
+    /// added, applied as a new commit on top of the image's.
+    pub derived: bool,
 }
 
 /// An oscontainer as described by its manifest and config, before any layer is fetched.
@@ -31,7 +55,13 @@ pub struct Layer {
 pub struct OsImage {
     /// The digest the image is known by (the index's, when the pullspec named one).
     pub digest: String,
+    pub format: Format,
+    /// The commit that is the target: once it is deployed, the node is at this image. None when
+    /// the image does not say (a legacy one without the label) or when its commit is made by
+    /// pivot (an ostree-native image with derived layers).
     pub commit_label: Option<String>,
+    /// For an ostree-native image with derived layers: the commit they apply on.
+    pub base_commit: Option<String>,
     pub version: Option<String>,
     pub layers: Vec<Layer>,
 }
@@ -59,14 +89,21 @@ impl OsImage {
                 Some(other) => bail!("label {key} is not a string: {other}"),
             }
         };
-        let commit_label = label(COMMIT_LABEL)?;
-        if let Some(commit) = &commit_label {
+        let native = label(NATIVE_COMMIT_LABEL)?;
+        let (format, mut commit_label) = match native {
+            Some(commit) => (Format::Native, Some((NATIVE_COMMIT_LABEL, commit))),
+            None => (
+                Format::Legacy,
+                label(COMMIT_LABEL)?.map(|c| (COMMIT_LABEL, c)),
+            ),
+        };
+        if let Some((name, commit)) = &commit_label {
             ensure!(
                 is_checksum(commit),
-                "label {COMMIT_LABEL}={commit:?} is not an OSTree commit checksum (64 lowercase hex digits)"
+                "label {name}={commit:?} is not an OSTree commit checksum (64 lowercase hex digits)"
             );
         }
-        let layers = resolved
+        let mut layers = resolved
             .manifest
             .layers()
             .iter()
@@ -74,17 +111,64 @@ impl OsImage {
                 Ok(Layer {
                     compression: compression_of(d.media_type().as_ref())?,
                     descriptor: to_oci(d),
+                    derived: false,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         ensure!(!layers.is_empty(), "the image has no layers");
+        if format == Format::Native {
+            let commit_layers =
+                native_commit_layers(&config, label(FINAL_DIFFID_LABEL)?)?.unwrap_or(layers.len());
+            ensure!(
+                commit_layers <= layers.len(),
+                "the image config lists more layers ({commit_layers}) than its manifest ({})",
+                layers.len()
+            );
+            for layer in &mut layers[commit_layers..] {
+                layer.derived = true;
+            }
+        }
+        let mut base_commit = None;
+        if layers.iter().any(|l| l.derived) {
+            base_commit = commit_label.take();
+        }
+        let version = match label(VERSION_LABEL)? {
+            Some(v) => Some(v),
+            None => label(OCI_VERSION_LABEL)?,
+        };
         Ok(OsImage {
             digest: resolved.digest.clone(),
-            commit_label,
-            version: label(VERSION_LABEL)?,
+            format,
+            commit_label: commit_label.map(|(_, c)| c),
+            base_commit: base_commit.map(|(_, c)| c),
+            version,
             layers,
         })
     }
+}
+
+/// How many layers of an ostree-native image hold its commit: up to the layer whose diffid is
+/// `final_diffid` (images without the label, from older encapsulations, hold it in all).
+fn native_commit_layers(
+    config: &serde_json::Value,
+    final_diffid: Option<String>,
+) -> Result<Option<usize>> {
+    let diff_ids: Vec<&str> = config
+        .get("rootfs")
+        .and_then(|r| r.get("diff_ids"))
+        .and_then(|d| d.as_array())
+        .map(|a| a.iter().filter_map(|d| d.as_str()).collect())
+        .unwrap_or_default();
+    let Some(final_diffid) = final_diffid else {
+        return Ok(None);
+    };
+    let position = diff_ids
+        .iter()
+        .position(|d| *d == final_diffid)
+        .with_context(|| {
+            format!("label {FINAL_DIFFID_LABEL}={final_diffid:?} names no layer of the image config's rootfs.diff_ids")
+        })?;
+    Ok(Some(position + 1))
 }
 
 /// Parses a JSON document (`what` names it in errors), saying so when it is cut short.
@@ -134,6 +218,19 @@ fn compression_of(media_type: &str) -> Result<Compression> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn native_commit_layers_end_at_the_final_diffid() {
+        let config = serde_json::json!({
+            "rootfs": { "type": "layers", "diff_ids": ["sha256:a", "sha256:b", "sha256:c"] }
+        });
+        let layers = |label: Option<&str>| native_commit_layers(&config, label.map(Into::into));
+        assert_eq!(layers(Some("sha256:b")).unwrap(), Some(2));
+        assert_eq!(layers(Some("sha256:c")).unwrap(), Some(3));
+        assert_eq!(layers(None).unwrap(), None);
+        let err = layers(Some("sha256:x")).unwrap_err().to_string();
+        assert!(err.contains(FINAL_DIFFID_LABEL), "{err}");
+    }
 
     #[test]
     fn layer_media_types_map_to_compression() {

@@ -411,7 +411,11 @@ impl Run<'_> {
             Ok(Some(OsImage {
                 version: deployments::commit_version(&repo, &commit)?,
                 digest,
+                // The layers are not read again; the origin of a download is pivot's own
+                // (`custom-url`), which `pivot status` reads for either format.
+                format: crate::image::Format::Legacy,
                 commit_label: Some(commit.to_string()),
+                base_commit: None,
                 layers: Vec::new(),
             }))
         })
@@ -441,13 +445,12 @@ impl Run<'_> {
             os.version.as_deref().unwrap_or("unknown"),
             current.version.as_deref().unwrap_or("unknown")
         );
-        println!(
-            "  commit:  {} (now {})",
-            os.commit_label
-                .as_deref()
-                .unwrap_or("named by the image's repository"),
-            current.checksum
-        );
+        let commit = match (&os.commit_label, &os.base_commit) {
+            (Some(c), _) => c.clone(),
+            (None, Some(base)) => format!("made from {base} and the derived layers"),
+            (None, None) => "named by the image's repository".into(),
+        };
+        println!("  commit:  {commit} (now {})", current.checksum);
         println!(
             "  download: {} in {} layer(s){}",
             crate::progress::human(bytes),
@@ -637,6 +640,7 @@ impl Job {
                 digest: &self.os.digest,
                 version: self.os.version.as_deref(),
                 pullspec: &self.pullspec,
+                format: self.os.format,
             },
         );
         let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
@@ -699,14 +703,14 @@ impl Job {
             .map(|l| (l.descriptor.digest.clone(), l.descriptor.size.max(0) as u64))
             .collect();
         self.progress.start(&self.pullspec, &self.os.digest, &sizes);
-        let mut importer = RepoImporter::new(repo.clone());
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format, false);
         // Merged in layer order, so a later layer's config or ref wins as it would in a
         // sequential import.
         for layer in self.import_each_layer(repo, spools)? {
             importer.absorb(layer)?;
         }
         let (written, skipped) = (importer.objects_written, importer.objects_skipped);
-        let commit = importer.finish(self.os.commit_label.as_deref())?;
+        let commit = importer.finish(&self.os)?;
         // Committing moves the objects into place one by one: until it is done, the commit is
         // marked partial, so that after a kill in between neither fsck nor the next run takes
         // the commit for a whole one.
@@ -777,7 +781,7 @@ impl Job {
         )
         .with_context(context)?
         .with_progress(self.progress.clone(), i);
-        let mut importer = RepoImporter::new(repo.clone());
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format, layer.derived);
         let size = layer.descriptor.size.max(0) as u64;
         importer
             .import_blob(reader, layer.compression, size)

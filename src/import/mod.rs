@@ -1,5 +1,6 @@
-//! Importing the OSTree archive repo at `srv/repo` of an oscontainer's layers into the sysroot's
-//! repo, straight from the layer streams: each object is written into the caller's open
+//! Importing the OSTree commit an image carries into the sysroot's repo, straight from the layer
+//! streams: for a legacy oscontainer the archive repo at `srv/repo` of its layers, for an
+//! ostree-native image the ostree-rs-ext tar format ([`native`]). In both, each object is written into the caller's open
 //! transaction with its expected checksum, so libostree verifies every object and nothing of the
 //! image is unpacked to disk. Objects the repo already has are skipped.
 //!
@@ -7,7 +8,9 @@
 //! ([`member`]), every layer's decompressed size is bounded ([`stream`]), every object must hash
 //! to its name ([`objects`]), and the repo's text files must be small, UTF-8 and free of NULs.
 
+mod derived;
 mod member;
+mod native;
 mod objects;
 mod stream;
 
@@ -21,7 +24,7 @@ use ostree::gio;
 use ostree::glib;
 use ostree::ObjectType;
 
-use crate::image::{is_checksum, Compression};
+use crate::image::{is_checksum, Compression, Format, OsImage};
 use member::{Member, MemberCheck};
 use objects::{object_name, write_object, Outcome};
 use stream::{decompress, ChunkReader, DECOMPRESSED_AHEAD};
@@ -35,6 +38,13 @@ const MAX_TEXT: u64 = 1 << 20;
 /// Collects what the layers say about the repo while their objects are written.
 pub struct RepoImporter {
     repo: ostree::Repo,
+    format: Format,
+    /// What the layer being imported keeps between members, for [`Format::Native`].
+    native: native::NativeLayer,
+    /// Whether this importer reads a layer derived from a native image's commit.
+    derived_layer: bool,
+    /// The changes of the derived layers read (merged in layer order by [`Self::absorb`]).
+    derived: derived::DerivedLayer,
     /// Contents of `srv/repo/config`, if any layer had it.
     config: Option<String>,
     /// ref name → checksum, from `srv/repo/refs/`.
@@ -47,9 +57,14 @@ pub struct RepoImporter {
 impl RepoImporter {
     /// `repo` must be in a transaction: objects only become visible when the caller commits it.
     /// Several importers may write into one transaction from different threads.
-    pub fn new(repo: ostree::Repo) -> Self {
+    /// `derived_layer`: the layer is one of an ostree-native image's derived layers.
+    pub fn new(repo: ostree::Repo, format: Format, derived_layer: bool) -> Self {
         RepoImporter {
             repo,
+            format,
+            native: native::NativeLayer::default(),
+            derived_layer,
+            derived: derived::DerivedLayer::default(),
             config: None,
             refs: BTreeMap::new(),
             members: MemberCheck::default(),
@@ -66,8 +81,12 @@ impl RepoImporter {
             self.config = later.config;
         }
         self.refs.extend(later.refs);
-        self.objects_written += later.objects_written;
-        self.objects_skipped += later.objects_skipped;
+        if later.derived_layer {
+            self.objects_written += later.derived.objects_written;
+            self.derived.absorb(later.derived);
+        }
+        self.objects_written += later.objects_written + later.native.objects_written;
+        self.objects_skipped += later.objects_skipped + later.native.objects_skipped;
         Ok(())
     }
 
@@ -99,6 +118,12 @@ impl RepoImporter {
 
     /// Imports an uncompressed tar layer read from `reader` (the fuzzing entry point).
     pub fn import_tar(&mut self, reader: impl Read) -> Result<()> {
+        if self.derived_layer {
+            return self.derived.import_tar(&self.repo, reader);
+        }
+        if self.format == Format::Native {
+            return self.native.import_tar(&self.repo, reader);
+        }
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries().context("reading the layer as tar")? {
             let mut entry = entry.context("reading the layer as tar")?;
@@ -146,9 +171,29 @@ impl RepoImporter {
         Ok(())
     }
 
-    /// Picks the commit to deploy (the label's, else the repo's single ref) and checks that
-    /// every object it reaches is now in the repo.
-    pub fn finish(self, commit_label: Option<&str>) -> Result<String> {
+    /// Picks the commit to deploy (the label's, else the repo's single ref; for an image with
+    /// derived layers, the commit made by applying them) and checks that every object it
+    /// reaches is now in the repo.
+    pub fn finish(self, os: &OsImage) -> Result<String> {
+        let commit_label = os.commit_label.as_deref();
+        if self.format == Format::Native {
+            let commit = commit_label
+                .or(os.base_commit.as_deref())
+                .context("an ostree-native image names its commit by a label")?;
+            ensure!(
+                self.repo
+                    .has_object(ObjectType::Commit, commit, gio::Cancellable::NONE)?,
+                "commit {commit} (label {}) is not in the image's layers",
+                crate::image::NATIVE_COMMIT_LABEL
+            );
+            verify_complete(&self.repo, commit)?;
+            if self.derived.is_empty() {
+                return Ok(commit.to_string());
+            }
+            let derived = derived::apply(&self.repo, commit, &self.derived)?;
+            verify_complete(&self.repo, &derived)?;
+            return Ok(derived);
+        }
         let Some(config) = &self.config else {
             bail!("the image has no OSTree repository at {REPO_DIR} (no {REPO_DIR}config in any layer)");
         };

@@ -1,0 +1,385 @@
+//! Importing the layers of an ostree-native container image: the tar format ostree-rs-ext writes
+//! (`ostree_ext::tar::export`, format version 1), read straight from the layer stream into the
+//! open transaction.
+//!
+//! Its objects live under `sysroot/ostree/repo/objects/`; everything else in a layer (a checkout
+//! of the commit as hardlinks to those objects, `/etc` carried as `etc`, a `var/tmp`) is only there
+//! for container runtimes and is checked, not imported. Metadata objects (`.commit`,
+//! `.commitmeta`, `.dirtree`, `.dirmeta`) are stored as in a repo. A content object is not an
+//! archive "filez": `.file` is the file itself (a regular file or a symlink, owner and mode in
+//! its tar header), and its extended attributes come just before it, as a `.file-xattrs-link`
+//! hardlink (named by the content object) to a `.file-xattrs` object (named by the SHA-256 of the
+//! serialized xattrs) of the same layer. libostree rebuilds each object from those parts and
+//! checks that it hashes to its name.
+//!
+//! pivot reads this format itself rather than through the `ostree-ext` crate: ostree-ext pins the
+//! `ostree` 0.19 crate (pivot links 0.20, and two versions cannot be linked together), and it
+//! pulls images through skopeo's containers-image-proxy, which pivot must not depend on; this
+//! importer keeps pivot's streaming pipeline (no temporary copy of a layer, layers in parallel)
+//! and its checks on hostile input for both formats.
+
+use std::collections::HashMap;
+use std::io::Read;
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use ostree::gio;
+use ostree::glib;
+use ostree::ObjectType;
+use sha2::{Digest, Sha256};
+use tar::EntryType;
+
+use super::member::clean;
+use super::objects::{object_name, write_object, Outcome};
+
+/// Where the objects are in the tar stream.
+pub(super) const NATIVE_REPO_DIR: &str = "sysroot/ostree/repo/";
+/// Extended attributes of one file; real ones are a few hundred bytes.
+const MAX_XATTRS: u64 = 1 << 20;
+/// Content objects up to this size are written from memory; larger ones are streamed.
+const IN_MEMORY_CONTENT: u64 = 1 << 20;
+/// Distinct xattrs sets one layer may carry (each is small; this bounds the cache).
+const MAX_XATTRS_SETS: usize = 100_000;
+
+/// What one layer's import keeps between its tar members.
+#[derive(Default)]
+pub(super) struct NativeLayer {
+    /// `.file-xattrs` objects of this layer: SHA-256 of the serialized xattrs → the xattrs.
+    xattrs: HashMap<String, glib::Variant>,
+    /// The `.file-xattrs-link` just read: (content object checksum, xattrs checksum).
+    pending: Option<(String, String)>,
+    pub objects_written: u64,
+    pub objects_skipped: u64,
+}
+
+impl NativeLayer {
+    /// Imports one uncompressed layer.
+    pub fn import_tar(&mut self, repo: &ostree::Repo, reader: impl Read) -> Result<()> {
+        let mut archive = tar::Archive::new(reader);
+        for entry in archive.entries().context("reading the layer as tar")? {
+            let mut entry = entry.context("reading the layer as tar")?;
+            let raw = entry.path_bytes().into_owned();
+            let shown = String::from_utf8_lossy(&raw).into_owned();
+            let kind = entry.header().entry_type();
+            let path = clean(&shown).map_err(|why| anyhow!("tar member {shown:?} {why}"))?;
+            if kind.is_character_special() || kind.is_block_special() {
+                bail!("tar member {shown:?} is a device node");
+            }
+            if kind.is_fifo() {
+                bail!("tar member {shown:?} is a fifo");
+            }
+            let link = entry.link_name_bytes().map(|l| l.into_owned());
+            if kind.is_hard_link() {
+                let target = String::from_utf8_lossy(link.as_deref().unwrap_or_default());
+                if let Err(why) = clean(&target) {
+                    bail!("tar member {shown:?} is a hardlink to {target:?}, which {why}: it leads out of the image");
+                }
+            }
+            let Some(rel) = path.strip_prefix(NATIVE_REPO_DIR) else {
+                continue; // The checkout for container runtimes, `var/tmp`, the repo's parents.
+            };
+            let Some(obj) = rel.strip_prefix("objects/") else {
+                continue; // config, refs/, tmp/ and the like: nothing a deployment needs.
+            };
+            if kind.is_dir() {
+                continue;
+            }
+            let context = || format!("importing {NATIVE_REPO_DIR}{rel}");
+            self.member(repo, obj, kind, link.as_deref(), &mut entry)
+                .with_context(context)?;
+        }
+        if let Some((file, _)) = &self.pending {
+            bail!("the layer ends after the xattrs of content object {file}, without the object");
+        }
+        Ok(())
+    }
+
+    fn member(
+        &mut self,
+        repo: &ostree::Repo,
+        obj: &str,
+        kind: EntryType,
+        link: Option<&[u8]>,
+        entry: &mut tar::Entry<impl Read>,
+    ) -> Result<()> {
+        let Some((checksum, ext)) = object_name(obj) else {
+            bail!("not an object name");
+        };
+        match ext {
+            "file-xattrs" => {
+                ensure!(
+                    kind.is_file(),
+                    "an xattrs object is not a regular file ({kind:?})"
+                );
+                let xattrs_checksum = self.read_xattrs(entry)?;
+                ensure!(
+                    xattrs_checksum == checksum,
+                    "xattrs object {checksum} holds xattrs whose checksum is {xattrs_checksum}: its content does not match its name"
+                );
+            }
+            "file-xattrs-link" => {
+                if let Some((file, _)) = &self.pending {
+                    bail!("content object {file} is missing after its xattrs");
+                }
+                let xattrs_checksum = if kind.is_hard_link() {
+                    let target = String::from_utf8_lossy(link.unwrap_or_default()).into_owned();
+                    let target = clean(&target).map_err(|why| anyhow!("the link {why}"))?;
+                    target
+                        .strip_prefix(NATIVE_REPO_DIR)
+                        .and_then(|t| t.strip_prefix("objects/"))
+                        .and_then(object_name)
+                        .filter(|(_, ext)| *ext == "file-xattrs")
+                        .map(|(c, _)| c)
+                        .ok_or_else(|| {
+                            anyhow!("the link leads to {target:?}, not to an xattrs object")
+                        })?
+                } else if kind.is_file() {
+                    self.read_xattrs(entry)?
+                } else {
+                    bail!("an xattrs link is neither a hardlink nor a regular file ({kind:?})");
+                };
+                ensure!(
+                    self.xattrs.contains_key(&xattrs_checksum),
+                    "xattrs object {xattrs_checksum} is not earlier in the layer"
+                );
+                self.pending = Some((checksum, xattrs_checksum));
+            }
+            "file" => {
+                let (file, xattrs_checksum) = self
+                    .pending
+                    .take()
+                    .ok_or_else(|| anyhow!("content object {checksum} comes without its xattrs"))?;
+                ensure!(
+                    file == checksum,
+                    "content object {checksum} follows the xattrs of {file}"
+                );
+                let xattrs = self.xattrs[&xattrs_checksum].clone();
+                self.count(write_content(repo, &checksum, kind, link, &xattrs, entry)?);
+            }
+            "commit" | "commitmeta" | "dirtree" | "dirmeta" => {
+                ensure!(
+                    kind.is_file(),
+                    "a metadata object is not a regular file ({kind:?})"
+                );
+                let size = entry.size();
+                self.count(write_object(repo, &checksum, ext, entry, size)?);
+            }
+            // Signatures, tombstones and the like carry nothing a deployment needs.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn count(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Written => self.objects_written += 1,
+            Outcome::Skipped => self.objects_skipped += 1,
+            Outcome::Ignored => {}
+        }
+    }
+
+    /// Reads and caches an xattrs object; returns the SHA-256 of its bytes.
+    fn read_xattrs(&mut self, entry: &mut impl Read) -> Result<String> {
+        let mut data = Vec::new();
+        entry.take(MAX_XATTRS + 1).read_to_end(&mut data)?;
+        ensure!(
+            data.len() as u64 <= MAX_XATTRS,
+            "xattrs larger than the {MAX_XATTRS} bytes accepted"
+        );
+        let checksum = hex::encode(Sha256::digest(&data));
+        if !self.xattrs.contains_key(&checksum) {
+            ensure!(
+                self.xattrs.len() < MAX_XATTRS_SETS,
+                "more than {MAX_XATTRS_SETS} distinct xattrs in one layer"
+            );
+            let ty = glib::VariantTy::new("a(ayay)").expect("static variant type");
+            let xattrs = glib::Variant::from_bytes_with_type(&glib::Bytes::from_owned(data), ty);
+            self.xattrs.insert(checksum.clone(), xattrs);
+        }
+        Ok(checksum)
+    }
+}
+
+/// Writes the content object `checksum` from its tar member: a regular file (content, owner and
+/// mode from the member) or a symlink, with `xattrs`. libostree checks it hashes to `checksum`,
+/// and the checksum it returns is compared too (it returns the real one, without an error, when
+/// that content is already in the repo).
+fn write_content(
+    repo: &ostree::Repo,
+    checksum: &str,
+    kind: EntryType,
+    link: Option<&[u8]>,
+    xattrs: &glib::Variant,
+    entry: &mut tar::Entry<impl Read>,
+) -> Result<Outcome> {
+    let cancellable = gio::Cancellable::NONE;
+    let header = entry.header();
+    let uid = u32::try_from(header.uid()?).context("uid out of range")?;
+    let gid = u32::try_from(header.gid()?).context("gid out of range")?;
+    let mode = header.mode()? & 0o7777;
+    if repo.has_object(ObjectType::File, checksum, cancellable)? {
+        return Ok(Outcome::Skipped);
+    }
+    let actual = if kind.is_symlink() {
+        let target = link.ok_or_else(|| anyhow!("a symlink without a target"))?;
+        let target = std::str::from_utf8(target).context("the symlink target is not UTF-8")?;
+        ensure!(!target.contains('\0'), "the symlink target contains a NUL");
+        repo.write_symlink(Some(checksum), uid, gid, Some(xattrs), target, cancellable)
+            .context("writing symlink object")?
+            .to_string()
+    } else if kind.is_file() || kind.is_contiguous() {
+        let size = entry.size();
+        let mode = libc::S_IFREG | mode;
+        if size <= IN_MEMORY_CONTENT {
+            let mut data = Vec::with_capacity(size as usize);
+            entry.take(size).read_to_end(&mut data)?;
+            ensure!(data.len() as u64 == size, "the file is cut short");
+            repo.write_regfile_inline(
+                Some(checksum),
+                uid,
+                gid,
+                mode,
+                Some(xattrs),
+                &data,
+                cancellable,
+            )
+            .context("writing file object")?
+            .to_string()
+        } else {
+            write_large_regfile(repo, checksum, uid, gid, mode, size, xattrs, entry)?
+        }
+    } else {
+        bail!("a content object is neither a regular file nor a symlink ({kind:?})");
+    };
+    ensure!(
+        actual == checksum,
+        "object {checksum}.file holds content whose checksum is {actual}: its content does not match its name"
+    );
+    Ok(Outcome::Written)
+}
+
+/// A large file streams into libostree's content writer in chunks, so memory stays bounded.
+#[allow(clippy::too_many_arguments)]
+fn write_large_regfile(
+    repo: &ostree::Repo,
+    checksum: &str,
+    uid: u32,
+    gid: u32,
+    mode: u32,
+    size: u64,
+    xattrs: &glib::Variant,
+    entry: &mut impl Read,
+) -> Result<String> {
+    use ostree::gio::prelude::OutputStreamExtManual;
+    let cancellable = gio::Cancellable::NONE;
+    let writer = repo
+        .write_regfile(Some(checksum), uid, gid, mode, size, Some(xattrs))
+        .context("writing file object")?;
+    let mut buf = vec![0u8; 128 * 1024];
+    let mut left = size;
+    while left > 0 {
+        let want = buf.len().min(left as usize);
+        let n = entry.read(&mut buf[..want])?;
+        ensure!(n > 0, "the file is cut short");
+        let (_, partial) = writer
+            .write_all(&buf[..n], cancellable)
+            .context("writing file object")?;
+        if let Some(e) = partial {
+            return Err(anyhow!(e).context("writing file object"));
+        }
+        left -= n as u64;
+    }
+    let written = writer.finish(cancellable).context("writing file object")?;
+    Ok(written.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer with one content object named `checksum` holding `content`, with empty xattrs.
+    fn layer(checksum: &str, content: &[u8], with_xattrs: bool) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let objects = format!("{NATIVE_REPO_DIR}objects");
+        let empty = hex::encode(Sha256::digest(b""));
+        let mut add = |path: String, kind: EntryType, link: Option<&str>, data: &[u8]| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(0o644);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_size(data.len() as u64);
+            match link {
+                Some(target) => tar.append_link(&mut h, &path, target).unwrap(),
+                None => tar.append_data(&mut h, &path, data).unwrap(),
+            }
+        };
+        let xattrs = format!("{objects}/{}/{}.file-xattrs", &empty[..2], &empty[2..]);
+        if with_xattrs {
+            add(xattrs.clone(), EntryType::Regular, None, b"");
+            add(
+                format!(
+                    "{objects}/{}/{}.file-xattrs-link",
+                    &checksum[..2],
+                    &checksum[2..]
+                ),
+                EntryType::Link,
+                Some(&xattrs),
+                b"",
+            );
+        }
+        add(
+            format!("{objects}/{}/{}.file", &checksum[..2], &checksum[2..]),
+            EntryType::Regular,
+            None,
+            content,
+        );
+        tar.into_inner().unwrap()
+    }
+
+    fn import(data: &[u8]) -> Result<NativeLayer> {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = ostree::Repo::new_for_path(dir.path());
+        repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)?;
+        repo.prepare_transaction(gio::Cancellable::NONE)?;
+        let mut layer = NativeLayer::default();
+        let imported = layer.import_tar(&repo, data);
+        repo.abort_transaction(gio::Cancellable::NONE)?;
+        imported.map(|()| layer)
+    }
+
+    #[test]
+    fn content_that_does_not_match_its_name_is_refused() {
+        let wrong = "ab".repeat(32);
+        let err = format!(
+            "{:#}",
+            import(&layer(&wrong, b"hello\n", true)).err().unwrap()
+        );
+        assert!(err.contains(&wrong[2..]), "{err}");
+        assert!(
+            err.to_lowercase().contains("corrupted") || err.contains("does not match"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn content_without_its_xattrs_is_refused() {
+        let name = "cd".repeat(32);
+        let err = format!(
+            "{:#}",
+            import(&layer(&name, b"hello\n", false)).err().unwrap()
+        );
+        assert!(err.contains("without its xattrs"), "{err}");
+    }
+
+    #[test]
+    fn members_leading_out_of_the_image_are_refused() {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(EntryType::Link);
+        h.set_size(0);
+        tar.append_link(&mut h, "usr/bin/x", "../../etc/shadow")
+            .unwrap();
+        let err = format!("{:#}", import(&tar.into_inner().unwrap()).err().unwrap());
+        assert!(err.contains("leads out of the image"), "{err}");
+    }
+}

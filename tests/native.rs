@@ -1,0 +1,442 @@
+//! ostree-native container images (CoreOS, RHCOS, bootc), written by an independent producer:
+//! ostree-rs-ext's own encapsulation (`tests/ext-fixtures`, built here), pushed to the test
+//! registry by skopeo, and deployed by pivot into a throwaway sysroot.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use ostree::gio;
+use pivot_testkit::{Compression, RawImage, RawKind, RawLayer, RawTar};
+
+/// The images ext-fixtures wrote from `os-v2`, pushed as `pivot/native:<name>`.
+struct NativeImages {
+    commit: String,
+    /// name (`encapsulated`, `chunked`, `derived`) → manifest digest as pushed
+    digests: BTreeMap<String, String>,
+    _dir: tempfile::TempDir,
+}
+
+impl NativeImages {
+    fn pullspec(&self, env: &Env, name: &str) -> String {
+        format!("{}/pivot/native:{name}", env.registry.host())
+    }
+
+    fn pinned(&self, env: &Env, name: &str) -> String {
+        format!(
+            "{}/pivot/native@{}",
+            env.registry.host(),
+            self.digests[name]
+        )
+    }
+}
+
+/// Builds the fixture tool (in its own workspace, under this target dir); optimised for the
+/// benchmark.
+fn ext_fixtures_tool(release: bool) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = root.join("target/ext-fixtures");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet"])
+        .args(release.then_some("--release"))
+        .arg("--manifest-path")
+        .arg(root.join("tests/ext-fixtures/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .expect("running cargo for tests/ext-fixtures");
+    assert!(status.success(), "building tests/ext-fixtures failed");
+    target
+        .join(if release { "release" } else { "debug" })
+        .join("ext-fixtures")
+}
+
+/// `oci:` directories written by ostree-rs-ext from `os-v2` (version 2).
+struct OciDirs {
+    commit: String,
+    names: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+/// Commits `os-v2` (version 2) and encapsulates it with ostree-rs-ext.
+fn encapsulate_v2() -> OciDirs {
+    let dir = tempfile::tempdir().unwrap();
+    let repo_path = dir.path().join("repo");
+    let repo = ostree::Repo::new_for_path(&repo_path);
+    repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
+        .unwrap();
+    let commit = pivot_testkit::commit_tree(&repo, &fixture("os-v2"), Some("os"), "2").unwrap();
+
+    let out_dir = dir.path().join("oci");
+    let out = Command::new(ext_fixtures_tool(false))
+        .arg(&repo_path)
+        .arg("os")
+        .arg(&out_dir)
+        .output()
+        .expect("running ext-fixtures");
+    assert!(
+        out.status.success(),
+        "ext-fixtures failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_once(' ').expect("NAME DIGEST").0.to_string())
+        .collect();
+    OciDirs { commit, names, dir }
+}
+
+/// Pushes the `oci:` directories to `env`'s registry with skopeo, as `pivot/native:<name>`.
+fn push_native_images(env: &Env, oci: &OciDirs) -> NativeImages {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = oci.dir.path().join("oci");
+    let mut digests = BTreeMap::new();
+    for name in &oci.names {
+        let digest_file = dir.path().join(format!("{name}.digest"));
+        let status = Command::new("skopeo")
+            .args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
+            .arg(&digest_file)
+            .arg(format!("oci:{}", out_dir.join(name).display()))
+            .arg(format!(
+                "docker://{}/pivot/native:{name}",
+                env.registry.host()
+            ))
+            .status()
+            .expect("running skopeo");
+        assert!(status.success(), "skopeo copy of {name} failed");
+        digests.insert(name.to_string(), read(&digest_file).trim().to_string());
+    }
+    NativeImages {
+        commit: oci.commit.clone(),
+        digests,
+        _dir: dir,
+    }
+}
+
+fn origin_of(env: &Env, commit: &str) -> String {
+    read(&env.sysroot.path.join(format!(
+        "ostree/deploy/{STATEROOT}/deploy/{commit}.0.origin"
+    )))
+}
+
+fn fsck(env: &Env) {
+    let out = Command::new("ostree")
+        .arg("fsck")
+        .arg(format!("--repo={}", env.sysroot.repo_path().display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ostree fsck:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Deploys `name` and checks the deployment is v2's commit, with v2's files and a native origin.
+fn assert_deploys(env: &Env, images: &NativeImages, name: &str) {
+    let out = env.pivot(&[&images.pullspec(env, name)]);
+    assert_success(&out);
+    let status = env.status_json();
+    let new = &status["deployments"][0];
+    assert_eq!(new["checksum"], images.commit.as_str(), "{status:#}");
+    assert_eq!(new["version"], "2");
+    assert_eq!(
+        new["image"],
+        format!(
+            "{}/pivot/native@{}",
+            env.registry.host(),
+            images.digests[name]
+        )
+        .as_str()
+    );
+    let deployment = env.deployment(0);
+    assert_eq!(read(&deployment.join("usr/share/pivot/v2-marker")), "v2\n");
+    assert!(read(&deployment.join("usr/lib/os-release")).contains("VERSION=\"2\""));
+    let origin = origin_of(env, &images.commit);
+    assert!(
+        origin.contains(&format!(
+            "container-image-reference=ostree-unverified-registry:{}\n",
+            images.pinned(env, name)
+        )),
+        "{origin}"
+    );
+    assert!(origin.contains("[pivot]"), "{origin}");
+    fsck(env);
+}
+
+#[test]
+fn native_images_deploy_encapsulated_chunked_and_derived() {
+    // One registry and one set of images (building and running ostree-rs-ext is the slow part);
+    // each case on its own sysroot.
+    let oci = encapsulate_v2();
+    let env = Env::new();
+    let images = push_native_images(&env, &oci);
+    assert_eq!(
+        images.digests.keys().collect::<Vec<_>>(),
+        ["chunked", "derived", "encapsulated"]
+    );
+
+    // Encapsulated (one layer); pivoting again to it is a no-op.
+    assert_deploys(&env, &images, "encapsulated");
+    let before = env.sysroot.snapshot().unwrap();
+    let out = env.pivot(&[&images.pullspec(&env, "encapsulated")]);
+    assert_success(&out);
+    assert_eq!(
+        env.sysroot.snapshot().unwrap(),
+        before,
+        "a second pivot changed the sysroot"
+    );
+    let out = env.subcommand("status", &[]);
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&images.pinned(&env, "encapsulated")),
+        "{text}"
+    );
+
+    // Chunked (commit layer + component layers up to ostree.final-diffid), on a fresh sysroot.
+    let chunked = Env::new();
+    let images = push_native_images(&chunked, &oci);
+    let layers = manifest_layers(&chunked, "chunked");
+    assert!(layers > 2, "the chunked image has {layers} layers");
+    assert_deploys(&chunked, &images, "chunked");
+
+    // Derived (a container build's layer on top): applied as a new commit on v2's, with the
+    // whiteout honoured and etc/ carried as usr/etc/.
+    let derived = Env::new();
+    let images = push_native_images(&derived, &oci);
+    let out = derived.pivot(&["--check", &images.pullspec(&derived, "derived")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&format!(
+            "made from {} and the derived layers",
+            images.commit
+        )),
+        "{report}"
+    );
+    let out = derived.pivot(&[&images.pullspec(&derived, "derived")]);
+    assert_success(&out);
+    let status = derived.status_json();
+    let new = &status["deployments"][0];
+    let commit = new["checksum"].as_str().unwrap().to_string();
+    assert_ne!(commit, images.commit, "the derived layer was not applied");
+    assert_eq!(new["version"], "2");
+    assert_eq!(new["image"], images.pinned(&derived, "derived").as_str());
+    let deployment = derived.deployment(0);
+    assert_eq!(
+        read(&deployment.join("usr/share/derived/added")),
+        "derived\n"
+    );
+    assert!(
+        !deployment.join("usr/share/pivot/v2-marker").exists(),
+        "the whiteout was not honoured"
+    );
+    assert!(read(&deployment.join("usr/lib/os-release")).contains("VERSION=\"2\""));
+    assert_eq!(
+        read(&deployment.join("usr/etc/derived.conf")),
+        "derived=yes\n"
+    );
+    assert_eq!(read(&deployment.join("etc/derived.conf")), "derived=yes\n");
+    let origin = origin_of(&derived, &commit);
+    assert!(
+        origin.contains(&format!(
+            "container-image-reference=ostree-unverified-registry:{}\n",
+            images.pinned(&derived, "derived")
+        )),
+        "{origin}"
+    );
+    fsck(&derived);
+    // The same image again is a no-op, and a pivot of it elsewhere makes the same commit.
+    let before = derived.sysroot.snapshot().unwrap();
+    assert_success(&derived.pivot(&[&images.pullspec(&derived, "derived")]));
+    assert_eq!(derived.sysroot.snapshot().unwrap(), before);
+    let again = Env::new();
+    let images = push_native_images(&again, &oci);
+    assert_success(&again.pivot(&[&images.pullspec(&again, "derived")]));
+    assert_eq!(
+        again.status_json()["deployments"][0]["checksum"],
+        commit.as_str()
+    );
+}
+
+/// The one layer of the `encapsulated` oci dir, as raw tar members.
+fn encapsulated_layer(oci: &OciDirs) -> RawTar {
+    let dir = oci.dir.path().join("oci/encapsulated");
+    let blob = |digest: &str| {
+        dir.join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    };
+    let index: serde_json::Value = serde_json::from_str(&read(&dir.join("index.json"))).unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1);
+    let gz = std::fs::File::open(blob(layers[0]["digest"].as_str().unwrap())).unwrap();
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+    let mut raw = RawTar::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path_bytes().into_owned();
+        let mode = entry.header().mode().unwrap();
+        assert_eq!(
+            entry.header().uid().unwrap(),
+            0,
+            "the fixture's files are root's"
+        );
+        let link = || String::from_utf8(entry.link_name_bytes().unwrap().into_owned()).unwrap();
+        let kind = match entry.header().entry_type() {
+            tar::EntryType::Directory => RawKind::Dir,
+            tar::EntryType::Symlink => RawKind::Symlink(link()),
+            tar::EntryType::Link => RawKind::HardLink(link()),
+            tar::EntryType::Regular => {
+                let mut data = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut data).unwrap();
+                RawKind::File(data)
+            }
+            other => panic!("unexpected member type {other:?}"),
+        };
+        raw = raw.entry(name, mode, kind);
+    }
+    raw
+}
+
+#[test]
+fn a_native_object_whose_content_does_not_match_its_name_is_refused() {
+    let oci = encapsulate_v2();
+    let mut layer = encapsulated_layer(&oci);
+    // The content object of usr/share/pivot/v2-marker ("v2\n"), given other bytes of that size.
+    let object = layer
+        .entries
+        .iter_mut()
+        .find(|e| {
+            e.name.starts_with(b"sysroot/ostree/repo/objects/")
+                && e.name.ends_with(b".file")
+                && matches!(&e.kind, RawKind::File(d) if d == b"v2\n")
+        })
+        .expect("the v2-marker object");
+    object.kind = RawKind::File(b"v3\n".to_vec());
+    let name = String::from_utf8_lossy(&object.name).into_owned();
+    let checksum = name
+        .trim_start_matches("sysroot/ostree/repo/objects/")
+        .trim_end_matches(".file")
+        .replace('/', "");
+
+    let env = Env::new();
+    let mut image = RawImage::new(
+        vec![RawLayer::new(&layer, Compression::Gzip).unwrap()],
+        None,
+    );
+    image.config = RawImage::config_with_labels(serde_json::json!({
+        "ostree.commit": oci.commit,
+        "containers.bootc": "1",
+    }));
+    let pushed = image
+        .push(&env.registry, "pivot/native", "corrupt")
+        .unwrap();
+    assert_refused(
+        &env,
+        &[&pushed.by_tag],
+        &[&checksum, "Corrupted file object"],
+    );
+}
+
+/// The layer count of `pivot/native:<name>` in the registry.
+fn manifest_layers(env: &Env, name: &str) -> usize {
+    let out = Command::new("skopeo")
+        .args(["inspect", "--raw", "--tls-verify=false"])
+        .arg(format!(
+            "docker://{}/pivot/native:{name}",
+            env.registry.host()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    manifest["layers"].as_array().unwrap().len()
+}
+
+/// Benchmark (`cargo test --release --test native -- --ignored --nocapture`): the import of a
+/// chunked ostree-native image of about 100 MB, by pivot (`--download-only`: pull and import,
+/// no deployment) and by ostree-rs-ext's `ImageImporter` (what rpm-ostree and bootc run, through
+/// skopeo's image proxy), each into a fresh sysroot's repo, alternately.
+#[test]
+#[ignore]
+fn bench_native_import_pivot_vs_ostree_ext() {
+    let mut tree = fixture("os-v2");
+    for d in 0..30 {
+        for f in 0..50 {
+            let text = format!("{d}/{f}\n{}", noise(64 << 10));
+            tree = tree.with_file(&format!("usr/share/bench/d{d:02}/f{f:02}"), 0o644, &text);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo_path = dir.path().join("repo");
+    let repo = ostree::Repo::new_for_path(&repo_path);
+    repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
+        .unwrap();
+    pivot_testkit::commit_tree(&repo, &tree, Some("os"), "2").unwrap();
+    let out_dir = dir.path().join("oci");
+    let tool = ext_fixtures_tool(true);
+    let out = Command::new(&tool)
+        .arg(&repo_path)
+        .arg("os")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let oci = OciDirs {
+        commit: String::new(),
+        names: vec!["chunked".into()],
+        dir,
+    };
+    let (mut pivot_times, mut ext_times) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let env = Env::new();
+        push_native_images(&env, &oci);
+        let pullspec = format!("{}/pivot/native:chunked", env.registry.host());
+        let start = std::time::Instant::now();
+        assert_success(&env.pivot(&["--download-only", &pullspec]));
+        pivot_times.push(start.elapsed().as_secs_f64());
+
+        let env = Env::new();
+        push_native_images(&env, &oci);
+        let start = std::time::Instant::now();
+        let out = Command::new(&tool)
+            .arg("pull")
+            .arg(env.sysroot.repo_path())
+            .arg(format!("{}/pivot/native:chunked", env.registry.host()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ext_times.push(start.elapsed().as_secs_f64());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let (p, e) = (median(&mut pivot_times), median(&mut ext_times));
+    println!(
+        "native import (chunked, ~100 MB): pivot {p:.2} s, ostree-ext {e:.2} s (pivot/ostree-ext {:.2}); all: pivot {pivot_times:?}, ostree-ext {ext_times:?}",
+        p / e
+    );
+}
