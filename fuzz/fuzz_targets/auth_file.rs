@@ -6,7 +6,11 @@ use libfuzzer_sys::fuzz_target;
 use pivot::config::auth::lookup_in;
 use std::path::Path;
 
-const NAMES: [&str; 3] = ["quay.io/openshift/os", "registry.example.com:5000/a", "quay.io"];
+const NAMES: [&str; 3] = [
+    "quay.io/openshift/os",
+    "registry.example.com:5000/a",
+    "quay.io",
+];
 
 /// What an error may say without repeating the file: the name looked up, the file's path and
 /// the fixed wording of pivot's and serde_json's syntax messages. A value that happens to be
@@ -58,9 +62,13 @@ fuzz_target!(|data: &[u8]| {
             Ok(None) => {}
             Err(e) => {
                 let message = format!("{e:#}");
-                let harmless = |s: &str| name.contains(s) || SAID_ANYWAY.iter().any(|t| t.contains(s));
+                let harmless =
+                    |s: &str| name.contains(s) || SAID_ANYWAY.iter().any(|t| t.contains(s));
                 for secret in secrets.iter().filter(|s| !harmless(s)) {
-                    assert!(!message.contains(secret.as_str()), "error repeats {secret:?}: {message}");
+                    assert!(
+                        !message.contains(secret.as_str()),
+                        "error repeats {secret:?}: {message}"
+                    );
                 }
             }
         }

@@ -12,8 +12,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let printed = image.to_string();
-    let again = ImageRef::parse(&printed)
-        .unwrap_or_else(|e| panic!("{text:?} parsed, but its printed form {printed:?} does not: {e:#}"));
-    assert_eq!(again, image, "{text:?} does not survive printing as {printed:?}");
+    let again = ImageRef::parse(&printed).unwrap_or_else(|e| {
+        panic!("{text:?} parsed, but its printed form {printed:?} does not: {e:#}")
+    });
+    assert_eq!(
+        again, image,
+        "{text:?} does not survive printing as {printed:?}"
+    );
     ImageRef::parse(&image.pinned_or_tagged()).expect("pinned_or_tagged() parses");
 });

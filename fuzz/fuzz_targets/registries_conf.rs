@@ -32,7 +32,10 @@ fuzz_target!(|data: &[u8]| {
                 let printed = source.image.to_string();
                 ImageRef::parse(&printed)
                     .unwrap_or_else(|e| panic!("source {printed:?} of {image} is invalid: {e:#}"));
-                assert_eq!(source.image.digest, image.digest, "a source lost the digest");
+                assert_eq!(
+                    source.image.digest, image.digest,
+                    "a source lost the digest"
+                );
             }
         }
         let _ = conf.is_insecure(&image);
