@@ -1,0 +1,41 @@
+//! The importer: arbitrary bytes as an uncompressed layer, imported into a temporary archive
+//! repo inside a transaction that is then aborted (and its staging removed, as pivot does), so
+//! every input starts from the same empty repo. It must never panic, whatever the tar says.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ostree::gio;
+use pivot::import::{remove_new_staging_dirs, staging_dirs, RepoImporter};
+
+struct Scratch {
+    _dir: tempfile::TempDir,
+    repo: ostree::Repo,
+    tmp: std::path::PathBuf,
+}
+
+thread_local! {
+    static SCRATCH: Scratch = {
+        let dir = tempfile::Builder::new().prefix("pivot-fuzz-repo-").tempdir().unwrap();
+        let repo = ostree::Repo::new_for_path(dir.path());
+        repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE).unwrap();
+        let tmp = dir.path().join("tmp");
+        Scratch { _dir: dir, repo, tmp }
+    };
+}
+
+fuzz_target!(|data: &[u8]| {
+    SCRATCH.with(|s| {
+        let before = staging_dirs(&s.tmp);
+        s.repo
+            .prepare_transaction(gio::Cancellable::NONE)
+            .expect("preparing a transaction");
+        let mut importer = RepoImporter::new(&s.repo);
+        if importer.import_tar(data).is_ok() {
+            let _ = importer.finish(None);
+        }
+        s.repo
+            .abort_transaction(gio::Cancellable::NONE)
+            .expect("aborting the transaction");
+        remove_new_staging_dirs(&s.tmp, &before);
+    });
+});
