@@ -15,6 +15,7 @@ pub mod deployments;
 pub mod events;
 pub mod image;
 pub mod import;
+mod job;
 pub mod kargs;
 pub mod logging;
 pub mod pivot;

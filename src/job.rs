@@ -1,0 +1,332 @@
+//! The part of a pivot that runs on one blocking thread and owns the libostree objects: under
+//! the sysroot lock it re-checks the deployments, imports the layers (two at a time, into one
+//! repo transaction), checks free space, keeps refs and deploys.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use anyhow::{bail, Context, Result};
+use ostree::gio;
+use ostree::gio::prelude::FileExt;
+use tokio::runtime::Handle;
+
+use crate::blob_reader::BlobReader;
+use crate::deploy::{self, Deployed, OriginInfo, SysrootLock};
+use crate::deployments::{self, DeploymentInfo};
+use crate::image::OsImage;
+use crate::import::{self, RepoImporter};
+use crate::kargs::Edit;
+use crate::pivot::find_at_target;
+use crate::progress::Progress;
+use crate::reference::ImageRef;
+use crate::registry::Registry;
+use crate::space;
+
+/// The part of a pivot that runs on one blocking thread, owning the libostree objects.
+pub(crate) struct Job {
+    /// The deployments as this run found them before taking the sysroot lock.
+    pub(crate) seen: Vec<String>,
+    pub(crate) sysroot: PathBuf,
+    pub(crate) stateroot: String,
+    pub(crate) pullspec: String,
+    pub(crate) image: ImageRef,
+    pub(crate) os: OsImage,
+    pub(crate) keep: bool,
+    pub(crate) download_only: bool,
+    pub(crate) partial_downloads: bool,
+    /// None when the commit is known to be in the repo already.
+    pub(crate) registry: Option<Registry>,
+    pub(crate) runtime: Handle,
+    pub(crate) progress: Progress,
+    pub(crate) kargs: Vec<Edit>,
+}
+
+impl Job {
+    /// The commit and its new deployment (none with `--download-only`); None when another
+    /// pivot deployed the target while this one waited for the lock.
+    pub(crate) fn run(self) -> Result<Option<(String, Option<Deployed>)>> {
+        let sysroot = ostree::Sysroot::new(Some(&gio::File::for_path(&self.sysroot)));
+        let _lock = SysrootLock::acquire(&sysroot)?;
+        sysroot
+            .load(gio::Cancellable::NONE)
+            .context("loading the sysroot")?;
+        // Re-checked under the lock: a concurrent pivot may have just deployed the target.
+        let current = deployments::list(&sysroot)?;
+        if find_at_target(
+            &current,
+            Some(&self.os.digest),
+            self.os.commit_label.as_deref(),
+        )
+        .is_some()
+        {
+            tracing::info!("the target was deployed while waiting for the sysroot lock");
+            return Ok(None);
+        }
+        // Anything else that changed meanwhile (another pivot deployed another target, an admin
+        // ran ostree admin) makes this run's view stale: its merge deployment, what it took as
+        // current. Deploying on top of that could drop the deployment just made; start over.
+        let now = deployment_ids(&current);
+        if now != self.seen {
+            tracing::info!(
+                "deployments before waiting for the lock: {}; now: {}",
+                self.seen.join(", "),
+                now.join(", ")
+            );
+            bail!("the deployments changed while waiting for the sysroot lock; run pivot again");
+        }
+        let repo = sysroot.repo();
+        let commit = match self.os.commit_label.as_deref() {
+            Some(c) if import::verify_complete(&repo, c).is_ok() => {
+                tracing::info!("commit {c} is already in the repo: nothing to download");
+                // A run killed right after committing the import left the mark on; it is whole.
+                repo.mark_commit_partial(c, false)
+                    .with_context(|| format!("marking commit {c} complete"))?;
+                c.to_string()
+            }
+            _ => {
+                self.check_space(&repo)?;
+                self.import(&repo)
+                    .with_context(|| format!("pulling {}", self.pullspec))?
+            }
+        };
+        space::check_boot(&self.sysroot, &self.stateroot, &repo, &commit)?;
+        let mut refs = Vec::new();
+        if self.keep || self.download_only {
+            refs.push(format!("pivot/{}", self.image.repository));
+        }
+        if self.download_only {
+            refs.push(downloaded_ref(&self.os.digest));
+        }
+        for name in refs {
+            repo.set_ref_immediate(None, &name, Some(&commit), gio::Cancellable::NONE)
+                .with_context(|| format!("keeping {commit} under the ref {name}"))?;
+        }
+        if self.download_only {
+            return Ok(Some((commit, None)));
+        }
+        self.progress.step("deploying");
+        let origin = deploy::origin(
+            &sysroot,
+            &OriginInfo {
+                commit: &commit,
+                name: &self.image.name(),
+                digest: &self.os.digest,
+                version: self.os.version.as_deref(),
+                pullspec: &self.pullspec,
+                format: self.os.format,
+            },
+        );
+        let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
+            .with_context(|| format!("deploying commit {commit}"))?;
+        Ok(Some((commit, Some(deployed))))
+    }
+
+    /// Refuses, before any layer is downloaded, an import the repo's filesystem has no room for.
+    fn check_space(&self, repo: &ostree::Repo) -> Result<()> {
+        // As people know it (libostree's own path for the repo is a /proc/self/fd one).
+        let repo_path = self.sysroot.join("ostree/repo");
+        let spools = repo_path.join(Spools::DIR);
+        let layers: Vec<space::Layer> = self
+            .os
+            .layers
+            .iter()
+            .map(|l| {
+                let size = l.descriptor.size.max(0) as u64;
+                let spooled = std::fs::metadata(spools.join(spool_name(&l.descriptor.digest)))
+                    .map(|m| m.len())
+                    .unwrap_or(0);
+                space::Layer {
+                    size,
+                    spooled: if spooled <= size { spooled } else { 0 },
+                }
+            })
+            .collect();
+        space::check_repo(repo, &repo_path, &layers)
+    }
+
+    /// Streams every layer into one transaction; nothing is committed unless all layers verified
+    /// and the commit is complete. On failure the transaction's temporary space is freed.
+    fn import(&self, repo: &ostree::Repo) -> Result<String> {
+        let tmp = repo.path().path().unwrap_or_default().join("tmp");
+        let before = import::staging_dirs(&tmp);
+        let imported = self.import_in_transaction(repo);
+        if imported.is_err() {
+            import::remove_new_staging_dirs(&tmp, &before);
+        }
+        imported
+    }
+
+    fn import_in_transaction(&self, repo: &ostree::Repo) -> Result<String> {
+        let spools = Spools::new(repo, &self.os, self.partial_downloads);
+        let imported = self.import_layers(repo, &spools);
+        // A killed run keeps its downloads for the next one; a run that ends keeps nothing.
+        spools.remove_all();
+        imported
+    }
+
+    fn import_layers(&self, repo: &ostree::Repo, spools: &Spools) -> Result<String> {
+        let tx = repo
+            .auto_transaction(gio::Cancellable::NONE)
+            .context("starting a repo transaction")?;
+        self.progress.step("importing");
+        let sizes: Vec<(String, u64)> = self
+            .os
+            .layers
+            .iter()
+            .map(|l| (l.descriptor.digest.clone(), l.descriptor.size.max(0) as u64))
+            .collect();
+        self.progress.start(&self.pullspec, &self.os.digest, &sizes);
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format, false);
+        // Merged in layer order, so a later layer's config or ref wins as it would in a
+        // sequential import.
+        for layer in self.import_each_layer(repo, spools)? {
+            importer.absorb(layer)?;
+        }
+        let (written, skipped) = (importer.objects_written, importer.objects_skipped);
+        let commit = importer.finish(&self.os)?;
+        // Committing moves the objects into place one by one: until it is done, the commit is
+        // marked partial, so that after a kill in between neither fsck nor the next run takes
+        // the commit for a whole one.
+        repo.mark_commit_partial(&commit, true)
+            .context("marking the commit partial")?;
+        tx.commit(gio::Cancellable::NONE)
+            .context("committing the imported objects")?;
+        repo.mark_commit_partial(&commit, false)
+            .context("marking the commit complete")?;
+        tracing::info!("imported {commit}: {written} objects written, {skipped} already present");
+        Ok(commit)
+    }
+
+    /// Imports the layers [`PARALLEL_LAYERS`] at a time into the open transaction, each into its
+    /// own [`RepoImporter`]; returns them in layer order. After a failure no new layer starts,
+    /// and the error reported is that of the first failed layer.
+    fn import_each_layer(&self, repo: &ostree::Repo, spools: &Spools) -> Result<Vec<RepoImporter>> {
+        let count = self.os.layers.len();
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let mut done: Vec<(usize, Result<RepoImporter>)> = std::thread::scope(|scope| {
+            let (next, failed) = (&next, &failed);
+            let workers: Vec<_> = (0..PARALLEL_LAYERS.min(count))
+                .map(|_| {
+                    // A repo handle may move between threads but not be shared by them.
+                    let repo = repo.clone();
+                    scope.spawn(move || {
+                        let mut done = Vec::new();
+                        while !failed.load(Ordering::Relaxed) {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= count {
+                                break;
+                            }
+                            let imported = self.import_layer(&repo, spools, i);
+                            failed.fetch_or(imported.is_err(), Ordering::Relaxed);
+                            done.push((i, imported));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| {
+                    w.join().unwrap_or_else(|_| {
+                        vec![(0, Err(anyhow::anyhow!("a layer import thread panicked")))]
+                    })
+                })
+                .collect()
+        });
+        done.sort_by_key(|(i, _)| *i);
+        done.into_iter().map(|(_, imported)| imported).collect()
+    }
+
+    fn import_layer(&self, repo: &ostree::Repo, spools: &Spools, i: usize) -> Result<RepoImporter> {
+        let layer = &self.os.layers[i];
+        let digest = &layer.descriptor.digest;
+        let context = || format!("fetching layer {}/{} {digest}", i + 1, self.os.layers.len());
+        let registry = self
+            .registry
+            .as_ref()
+            .context("no registry to fetch the layers from")?;
+        let reader = BlobReader::open(
+            &self.runtime,
+            registry,
+            &layer.descriptor,
+            spools.path(digest).as_deref(),
+        )
+        .with_context(context)?
+        .with_progress(self.progress.clone(), i);
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format, layer.derived);
+        let size = layer.descriptor.size.max(0) as u64;
+        importer
+            .import_blob(reader, layer.compression, size)
+            .with_context(context)?;
+        // The spool stays until the transaction commits: a run killed before that replays
+        // this layer from disk instead of downloading it again.
+        Ok(importer)
+    }
+}
+
+/// The ref that keeps a `--download-only` commit, named after the image digest it came from.
+pub(crate) fn downloaded_ref(digest: &str) -> String {
+    format!("pivot/downloaded/{}", digest.replace(':', "-"))
+}
+
+/// Layers imported at once. Each layer's import already keeps two threads busy
+/// (decompression, object writes) but waits on the network and on fsync in turns; a second
+/// layer fills those gaps (measured: benches/pivot-bench). More would only add memory and
+/// spooled bytes on a 2-core node.
+pub const PARALLEL_LAYERS: usize = 2;
+
+/// Layer downloads, partial or whole, under the repo's `tmp/pivot-downloads/`, kept until the
+/// import commits or fails, so that a run that is killed can be resumed by the next one.
+struct Spools {
+    dir: PathBuf,
+    enabled: bool,
+}
+
+impl Spools {
+    const DIR: &'static str = "tmp/pivot-downloads";
+
+    /// Drops what earlier runs left for other images (all of it when spooling is off).
+    fn new(repo: &ostree::Repo, os: &OsImage, enabled: bool) -> Spools {
+        let dir = repo.path().path().unwrap_or_default().join(Self::DIR);
+        let wanted: Vec<String> = os
+            .layers
+            .iter()
+            .map(|l| spool_name(&l.descriptor.digest))
+            .collect();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !enabled || !wanted.iter().any(|w| entry.file_name() == w.as_str()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Spools { dir, enabled }
+    }
+
+    fn path(&self, digest: &str) -> Option<PathBuf> {
+        self.enabled.then(|| self.dir.join(spool_name(digest)))
+    }
+
+    fn remove_all(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Deployments as `stateroot/checksum.serial` (staged ones marked), in boot order.
+pub(crate) fn deployment_ids(deployments: &[DeploymentInfo]) -> Vec<String> {
+    deployments
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}.{}{}",
+                d.stateroot,
+                d.checksum,
+                d.serial,
+                if d.staged { " (staged)" } else { "" }
+            )
+        })
+        .collect()
+}
+
+fn spool_name(digest: &str) -> String {
+    format!("{}.partial", digest.replace(':', "-"))
+}
