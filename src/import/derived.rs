@@ -21,6 +21,7 @@ use ostree::ObjectType;
 use tar::EntryType;
 
 use super::member::clean;
+use super::objects;
 
 /// Regular files up to this size are written from memory; larger ones are streamed.
 const IN_MEMORY_CONTENT: u64 = 1 << 20;
@@ -166,7 +167,7 @@ impl DerivedLayer {
                     .context("writing file object")?
                     .to_string()
             } else {
-                write_large(repo, uid, gid, mode, size, entry)?
+                objects::write_regfile_streamed(repo, None, uid, gid, mode, size, None, entry)?
             }
         } else {
             bail!("is of a kind a layer cannot apply ({kind:?})");
@@ -213,39 +214,6 @@ fn write_dirmeta(repo: &ostree::Repo, info: &gio::FileInfo) -> Result<String> {
         .write_metadata(ObjectType::DirMeta, None, &v, gio::Cancellable::NONE)
         .context("writing directory metadata")?
         .to_hex())
-}
-
-fn write_large(
-    repo: &ostree::Repo,
-    uid: u32,
-    gid: u32,
-    mode: u32,
-    size: u64,
-    entry: &mut impl Read,
-) -> Result<String> {
-    use ostree::gio::prelude::OutputStreamExtManual;
-    let cancellable = gio::Cancellable::NONE;
-    let writer = repo
-        .write_regfile(None, uid, gid, mode, size, None)
-        .context("writing file object")?;
-    let mut buf = vec![0u8; 128 * 1024];
-    let mut left = size;
-    while left > 0 {
-        let want = buf.len().min(left as usize);
-        let n = entry.read(&mut buf[..want])?;
-        ensure!(n > 0, "the file is cut short");
-        let (_, partial) = writer
-            .write_all(&buf[..n], cancellable)
-            .context("writing file object")?;
-        if let Some(e) = partial {
-            return Err(anyhow!(e).context("writing file object"));
-        }
-        left -= n as u64;
-    }
-    Ok(writer
-        .finish(cancellable)
-        .context("writing file object")?
-        .to_string())
 }
 
 /// Writes the commit of `base` with the derived layers' `changes` applied; returns it.

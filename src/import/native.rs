@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 use tar::EntryType;
 
 use super::member::clean;
-use super::objects::{object_name, write_object, Outcome};
+use super::objects::{self, object_name, write_object, Outcome};
 
 /// Where the objects are in the tar stream.
 pub(super) const NATIVE_REPO_DIR: &str = "sysroot/ostree/repo/";
@@ -245,7 +245,16 @@ fn write_content(
             .context("writing file object")?
             .to_string()
         } else {
-            write_large_regfile(repo, checksum, uid, gid, mode, size, xattrs, entry)?
+            objects::write_regfile_streamed(
+                repo,
+                Some(checksum),
+                uid,
+                gid,
+                mode,
+                size,
+                Some(xattrs),
+                entry,
+            )?
         }
     } else {
         bail!("a content object is neither a regular file nor a symlink ({kind:?})");
@@ -255,41 +264,6 @@ fn write_content(
         "object {checksum}.file holds content whose checksum is {actual}: its content does not match its name"
     );
     Ok(Outcome::Written)
-}
-
-/// A large file streams into libostree's content writer in chunks, so memory stays bounded.
-#[allow(clippy::too_many_arguments)]
-fn write_large_regfile(
-    repo: &ostree::Repo,
-    checksum: &str,
-    uid: u32,
-    gid: u32,
-    mode: u32,
-    size: u64,
-    xattrs: &glib::Variant,
-    entry: &mut impl Read,
-) -> Result<String> {
-    use ostree::gio::prelude::OutputStreamExtManual;
-    let cancellable = gio::Cancellable::NONE;
-    let writer = repo
-        .write_regfile(Some(checksum), uid, gid, mode, size, Some(xattrs))
-        .context("writing file object")?;
-    let mut buf = vec![0u8; 128 * 1024];
-    let mut left = size;
-    while left > 0 {
-        let want = buf.len().min(left as usize);
-        let n = entry.read(&mut buf[..want])?;
-        ensure!(n > 0, "the file is cut short");
-        let (_, partial) = writer
-            .write_all(&buf[..n], cancellable)
-            .context("writing file object")?;
-        if let Some(e) = partial {
-            return Err(anyhow!(e).context("writing file object"));
-        }
-        left -= n as u64;
-    }
-    let written = writer.finish(cancellable).context("writing file object")?;
-    Ok(written.to_string())
 }
 
 #[cfg(test)]

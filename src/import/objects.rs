@@ -268,6 +268,45 @@ pub(super) fn object_name(rel: &str) -> Option<(String, &str)> {
     (prefix.len() == 2 && crate::image::is_checksum(&checksum)).then_some((checksum, ext))
 }
 
+/// Streams a regular file's content into libostree's writer in chunks, so memory stays bounded
+/// whatever the file's size; returns the object's checksum. With `expected`, libostree checks the
+/// content against it as it finishes.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_regfile_streamed(
+    repo: &ostree::Repo,
+    expected: Option<&str>,
+    uid: u32,
+    gid: u32,
+    mode: u32,
+    size: u64,
+    xattrs: Option<&glib::Variant>,
+    entry: &mut impl Read,
+) -> Result<String> {
+    use ostree::gio::prelude::OutputStreamExtManual;
+    let cancellable = gio::Cancellable::NONE;
+    let writer = repo
+        .write_regfile(expected, uid, gid, mode, size, xattrs)
+        .context("writing file object")?;
+    let mut buf = vec![0u8; 128 * 1024];
+    let mut left = size;
+    while left > 0 {
+        let want = buf.len().min(left as usize);
+        let n = entry.read(&mut buf[..want])?;
+        ensure!(n > 0, "the file is cut short");
+        let (_, partial) = writer
+            .write_all(&buf[..n], cancellable)
+            .context("writing file object")?;
+        if let Some(e) = partial {
+            return Err(anyhow!(e).context("writing file object"));
+        }
+        left -= n as u64;
+    }
+    Ok(writer
+        .finish(cancellable)
+        .context("writing file object")?
+        .to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
