@@ -1,10 +1,12 @@
-//! The importer: arbitrary bytes as an uncompressed layer, imported into a temporary archive
-//! repo inside a transaction that is then aborted (and its staging removed, as pivot does), so
-//! every input starts from the same empty repo. It must never panic, whatever the tar says.
+//! The importer: arbitrary bytes as an uncompressed layer (the first byte picks the legacy or
+//! the ostree-native format), imported into a temporary archive repo inside a transaction that
+//! is then aborted (and its staging removed, as pivot does), so every input starts from the same
+//! empty repo. It must never panic, whatever the tar says.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use ostree::gio;
+use pivot::image::{Format, OsImage};
 use pivot::import::{remove_new_staging_dirs, staging_dirs, RepoImporter};
 
 struct Scratch {
@@ -24,14 +26,30 @@ thread_local! {
 }
 
 fuzz_target!(|data: &[u8]| {
+    let Some((&pick, layer)) = data.split_first() else {
+        return;
+    };
+    let format = if pick & 1 == 0 {
+        Format::Legacy
+    } else {
+        Format::Native
+    };
+    let os = OsImage {
+        digest: format!("sha256:{}", "0".repeat(64)),
+        format,
+        commit_label: None,
+        base_commit: None,
+        version: None,
+        layers: Vec::new(),
+    };
     SCRATCH.with(|s| {
         let before = staging_dirs(&s.tmp);
         s.repo
             .prepare_transaction(gio::Cancellable::NONE)
             .expect("preparing a transaction");
-        let mut importer = RepoImporter::new(&s.repo);
-        if importer.import_tar(data).is_ok() {
-            let _ = importer.finish(None);
+        let mut importer = RepoImporter::new(s.repo.clone(), format, false);
+        if importer.import_tar(layer).is_ok() {
+            let _ = importer.finish(&os);
         }
         s.repo
             .abort_transaction(gio::Cancellable::NONE)
