@@ -23,7 +23,9 @@ use crate::progress::Progress;
 use crate::registry::{size_mismatch, too_long, Registry};
 
 /// Chunks buffered ahead of the consumer: bounds memory to a few MiB per layer.
-const CHANNEL_DEPTH: usize = 64;
+const CHANNEL_DEPTH: usize = 32;
+/// The largest piece sent through the channel: with [`CHANNEL_DEPTH`], at most 2 MiB ahead.
+const PIECE: usize = 64 << 10;
 
 pub struct BlobReader {
     rx: mpsc::Receiver<io::Result<Bytes>>,
@@ -198,11 +200,16 @@ async fn forward(
                 let mut failure = None;
                 while let Some(item) = stream.next().await {
                     match item {
-                        Ok(chunk) => {
+                        Ok(mut chunk) => {
                             offset += chunk.len() as u64;
                             attempt = 0;
-                            if tx.send(Ok(chunk)).await.is_err() {
-                                return; // The reader gave up: stop downloading.
+                            // In small pieces, so that the channel bounds the bytes held
+                            // ahead, whatever size of chunks the connection delivers.
+                            while !chunk.is_empty() {
+                                let piece = chunk.split_to(chunk.len().min(PIECE));
+                                if tx.send(Ok(piece)).await.is_err() {
+                                    return; // The reader gave up: stop downloading.
+                                }
                             }
                         }
                         Err(e) => {
