@@ -266,18 +266,7 @@ fn deployed(env: &Env) -> Vec<String> {
 /// run imports it again.
 fn undeploy_target(env: &Env, image: &PushedImage) {
     assert_eq!(deployed(env)[0], image.commit);
-    let out = std::process::Command::new("ostree")
-        .args(["admin", "undeploy", "--sysroot"])
-        .arg(&env.sysroot.path)
-        .arg("0")
-        .envs(pivot_testkit::pivot_test_env())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.undeploy(0);
     assert_eq!(deployed(env), [env.sysroot.commit_v1().to_string()]);
     let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
     repo.open(ostree::gio::Cancellable::NONE).unwrap();

@@ -123,16 +123,7 @@ fn pivot_deploys_v2_with_etc_merge_kargs_boot_entry_and_rollback() {
         .is_file());
 
     // The sysroot's repo is consistent.
-    let fsck = std::process::Command::new("ostree")
-        .args(["fsck", "--repo"])
-        .arg(env.sysroot.repo_path())
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fsck.stderr)
-    );
+    assert_fsck_clean(&env);
 }
 
 /// `ostree=/ostree/boot.N/<stateroot>/<bootcsum>/<serial>` names the kernel's boot checksum.
@@ -363,16 +354,7 @@ fn large_files_stream_into_the_repo_intact() {
         read(&deployed) == payload,
         "the 6 MiB file came out different"
     );
-    let fsck = std::process::Command::new("ostree")
-        .args(["fsck", "--repo"])
-        .arg(env.sysroot.repo_path())
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fsck.stderr)
-    );
+    assert_fsck_clean(&env);
 }
 
 #[test]

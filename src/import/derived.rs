@@ -23,8 +23,6 @@ use tar::EntryType;
 use super::member::clean;
 use super::objects;
 
-/// Regular files up to this size are written from memory; larger ones are streamed.
-const IN_MEMORY_CONTENT: u64 = 1 << 20;
 /// Entries one derived layer may have (each is a small change record kept until the end).
 const MAX_ENTRIES: usize = 500_000;
 const WHITEOUT: &str = ".wh.";
@@ -144,32 +142,17 @@ impl DerivedLayer {
             };
             return Ok(Some(Change::Link { path, target }));
         }
-        let cancellable = gio::Cancellable::NONE;
-        let checksum = if kind.is_symlink() {
-            let target = entry
-                .link_name_bytes()
-                .ok_or_else(|| anyhow!("a symlink without a target"))?;
-            let target = std::str::from_utf8(&target)
-                .context("the symlink target is not UTF-8")?
-                .to_string();
-            ensure!(!target.contains('\0'), "the symlink target contains a NUL");
-            repo.write_symlink(None, uid, gid, None, &target, cancellable)
-                .context("writing symlink object")?
-                .to_string()
-        } else if kind.is_file() || kind.is_contiguous() {
-            let size = entry.size();
-            let mode = libc::S_IFREG | mode;
-            if size <= IN_MEMORY_CONTENT {
-                let mut data = Vec::with_capacity(size as usize);
-                entry.take(size).read_to_end(&mut data)?;
-                ensure!(data.len() as u64 == size, "the file is cut short");
-                repo.write_regfile_inline(None, uid, gid, mode, None, &data, cancellable)
-                    .context("writing file object")?
-                    .to_string()
-            } else {
-                objects::write_regfile_streamed(repo, None, uid, gid, mode, size, None, entry)?
-            }
-        } else {
+        let link = entry.link_name_bytes().map(|l| l.into_owned());
+        let written = objects::write_content_member(
+            repo,
+            None,
+            None,
+            kind,
+            link.as_deref(),
+            (uid, gid, mode),
+            entry,
+        )?;
+        let Some(checksum) = written else {
             bail!("is of a kind a layer cannot apply ({kind:?})");
         };
         self.objects_written += 1;

@@ -35,8 +35,6 @@ use super::objects::{self, object_name, write_object, Outcome};
 pub(super) const NATIVE_REPO_DIR: &str = "sysroot/ostree/repo/";
 /// Extended attributes of one file; real ones are a few hundred bytes.
 const MAX_XATTRS: u64 = 1 << 20;
-/// Content objects up to this size are written from memory; larger ones are streamed.
-const IN_MEMORY_CONTENT: u64 = 1 << 20;
 /// Distinct xattrs sets one layer may carry (each is small; this bounds the cache).
 const MAX_XATTRS_SETS: usize = 100_000;
 
@@ -219,44 +217,16 @@ fn write_content(
     if repo.has_object(ObjectType::File, checksum, cancellable)? {
         return Ok(Outcome::Skipped);
     }
-    let actual = if kind.is_symlink() {
-        let target = link.ok_or_else(|| anyhow!("a symlink without a target"))?;
-        let target = std::str::from_utf8(target).context("the symlink target is not UTF-8")?;
-        ensure!(!target.contains('\0'), "the symlink target contains a NUL");
-        repo.write_symlink(Some(checksum), uid, gid, Some(xattrs), target, cancellable)
-            .context("writing symlink object")?
-            .to_string()
-    } else if kind.is_file() || kind.is_contiguous() {
-        let size = entry.size();
-        let mode = libc::S_IFREG | mode;
-        if size <= IN_MEMORY_CONTENT {
-            let mut data = Vec::with_capacity(size as usize);
-            entry.take(size).read_to_end(&mut data)?;
-            ensure!(data.len() as u64 == size, "the file is cut short");
-            repo.write_regfile_inline(
-                Some(checksum),
-                uid,
-                gid,
-                mode,
-                Some(xattrs),
-                &data,
-                cancellable,
-            )
-            .context("writing file object")?
-            .to_string()
-        } else {
-            objects::write_regfile_streamed(
-                repo,
-                Some(checksum),
-                uid,
-                gid,
-                mode,
-                size,
-                Some(xattrs),
-                entry,
-            )?
-        }
-    } else {
+    let written = objects::write_content_member(
+        repo,
+        Some(checksum),
+        Some(xattrs),
+        kind,
+        link,
+        (uid, gid, mode),
+        entry,
+    )?;
+    let Some(actual) = written else {
         bail!("a content object is neither a regular file nor a symlink ({kind:?})");
     };
     ensure!(

@@ -268,6 +268,50 @@ pub(super) fn object_name(rel: &str) -> Option<(String, &str)> {
     (prefix.len() == 2 && crate::image::is_checksum(&checksum)).then_some((checksum, ext))
 }
 
+/// Files up to this size are written from memory; larger ones are streamed.
+const IN_MEMORY_CONTENT: u64 = 1 << 20;
+
+/// Writes the content object a tar member holds, a symlink (to `link`) or a regular file, with
+/// the given owner, permission bits and `xattrs`; returns its checksum, or None for a member of
+/// another kind. With `expected`, libostree checks the content against it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_content_member(
+    repo: &ostree::Repo,
+    expected: Option<&str>,
+    xattrs: Option<&glib::Variant>,
+    kind: tar::EntryType,
+    link: Option<&[u8]>,
+    (uid, gid, mode): (u32, u32, u32),
+    entry: &mut tar::Entry<impl Read>,
+) -> Result<Option<String>> {
+    let cancellable = gio::Cancellable::NONE;
+    if kind.is_symlink() {
+        let target = link.ok_or_else(|| anyhow!("a symlink without a target"))?;
+        let target = std::str::from_utf8(target).context("the symlink target is not UTF-8")?;
+        ensure!(!target.contains('\0'), "the symlink target contains a NUL");
+        let written = repo
+            .write_symlink(expected, uid, gid, xattrs, target, cancellable)
+            .context("writing symlink object")?;
+        return Ok(Some(written.to_string()));
+    }
+    if !(kind.is_file() || kind.is_contiguous()) {
+        return Ok(None);
+    }
+    let size = entry.size();
+    let mode = libc::S_IFREG | mode;
+    if size > IN_MEMORY_CONTENT {
+        return write_regfile_streamed(repo, expected, uid, gid, mode, size, xattrs, entry)
+            .map(Some);
+    }
+    let mut data = Vec::with_capacity(size as usize);
+    entry.take(size).read_to_end(&mut data)?;
+    ensure!(data.len() as u64 == size, "the file is cut short");
+    let written = repo
+        .write_regfile_inline(expected, uid, gid, mode, xattrs, &data, cancellable)
+        .context("writing file object")?;
+    Ok(Some(written.to_string()))
+}
+
 /// Streams a regular file's content into libostree's writer in chunks, so memory stays bounded
 /// whatever the file's size; returns the object's checksum. With `expected`, libostree checks the
 /// content against it as it finishes.
