@@ -1,6 +1,7 @@
 //! A blocking `Read` over a layer blob that the async runtime downloads ahead of it, resuming
-//! with HTTP Range requests after transient faults (within the run's retry budget) and checking
-//! the blob's size and sha256 digest itself: the reader reports end-of-file only for a blob that
+//! with HTTP Range requests after transient faults (within the run's retry budget), or that a
+//! blocking task reads from an OCI layout; either way it checks the blob's size and sha256
+//! digest itself: the reader reports end-of-file only for a blob that
 //! verified, so a consumer that reads to the end has verified data.
 //!
 //! With a spool file, every byte received is also appended to it; a later run (after this one was
@@ -19,8 +20,10 @@ use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+use crate::layout::Layout;
 use crate::progress::Progress;
 use crate::registry::{size_mismatch, too_long, Registry};
+use crate::source::Source;
 
 /// Chunks buffered ahead of the consumer: bounds memory to a few MiB per layer.
 const CHANNEL_DEPTH: usize = 32;
@@ -43,10 +46,10 @@ pub struct BlobReader {
 }
 
 impl BlobReader {
-    /// Starts downloading `desc` (after what `spool` already holds) on `runtime`.
+    /// Starts fetching `desc` (after what `spool` already holds) on `runtime`.
     pub fn open(
         runtime: &Handle,
-        registry: &Registry,
+        source: &Source,
         desc: &OciDescriptor,
         spool: Option<&Path>,
     ) -> io::Result<BlobReader> {
@@ -60,7 +63,22 @@ impl BlobReader {
             tracing::info!("resuming {} at byte {offset} of {size}", desc.digest);
         }
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-        runtime.spawn(forward(registry.clone(), desc.clone(), offset, size, tx));
+        match source {
+            Source::Registry(registry) => {
+                runtime.spawn(forward(
+                    (**registry).clone(),
+                    desc.clone(),
+                    offset,
+                    size,
+                    tx,
+                ));
+            }
+            Source::Layout(layout) => {
+                let (layout, desc) = (layout.clone(), desc.clone());
+                // Nothing is spooled from a layout (the blob is on disk already).
+                runtime.spawn_blocking(move || read_layout_blob(&layout, &desc, tx));
+            }
+        }
         Ok(BlobReader {
             rx,
             current: Bytes::new(),
@@ -175,6 +193,33 @@ fn open_spool(path: &Path, size: u64) -> io::Result<(Option<File>, Option<File>,
         return Ok((None, Some(writer), 0));
     }
     Ok((Some(File::open(path)?), Some(writer), existing))
+}
+
+/// Reads the blob from a layout into `tx`, in [`PIECE`]s.
+fn read_layout_blob(layout: &Layout, desc: &OciDescriptor, tx: mpsc::Sender<io::Result<Bytes>>) {
+    let mut blob = match layout.open_blob(desc) {
+        Ok(blob) => blob,
+        Err(e) => {
+            let _ = tx.blocking_send(Err(io::Error::other(format!("{e:#}"))));
+            return;
+        }
+    };
+    loop {
+        let mut piece = vec![0; PIECE];
+        let item = match blob.read(&mut piece) {
+            Ok(0) => return,
+            Ok(n) => {
+                piece.truncate(n);
+                Ok(Bytes::from(piece))
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => Err(e),
+        };
+        let failed = item.is_err();
+        if tx.blocking_send(item).is_err() || failed {
+            return; // The reader gave up, or was told why this one cannot go on.
+        }
+    }
 }
 
 /// Downloads the blob from `offset` into `tx`, resuming after transient faults.

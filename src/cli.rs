@@ -65,7 +65,8 @@ pub struct ConfirmArgs {
 
 #[derive(Debug, Args)]
 pub struct PivotArgs {
-    /// Image to move to: [docker://]host[:port]/path[:tag][@sha256:<digest>].
+    /// Image to move to: [docker://]host[:port]/path[:tag][@sha256:<digest>], or an OCI layout
+    /// on this machine: oci:DIR[:tag] or oci-archive:FILE[:tag].
     pub pullspec: Option<String>,
     /// Reboot (through systemd) if a new deployment was staged, or one is still pending.
     #[arg(short, long)]
@@ -118,7 +119,7 @@ pub struct PivotArgs {
     #[arg(long, conflicts_with = "reboot")]
     pub check: bool,
     /// Pull and import the image, deploy nothing. The commit is kept (refs pivot/<repository>
-    /// and pivot/downloaded/<digest>), and a later `pivot host/path@<digest>` deploys it
+    /// and pivot/downloaded/[native/]<digest>), and a later `pivot host/path@<digest>` deploys it
     /// without contacting the registry.
     #[arg(long, conflicts_with_all = ["reboot", "check"])]
     pub download_only: bool,

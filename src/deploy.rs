@@ -6,9 +6,10 @@
 use anyhow::{Context, Result};
 use ostree::{gio, glib};
 
-use crate::deployments::{NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME};
+use crate::deployments::{NATIVE_LAYOUT_TRANSPORT, NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME};
 use crate::image::Format;
 use crate::kargs::{self, Edit};
+use crate::reference::ImageRef;
 
 /// Holds the sysroot lock for as long as it lives.
 pub struct SysrootLock<'s>(&'s ostree::Sysroot);
@@ -32,8 +33,7 @@ impl Drop for SysrootLock<'_> {
 /// What the origin file records about the image a deployment came from.
 pub struct OriginInfo<'a> {
     pub commit: &'a str,
-    /// `host/path`
-    pub name: &'a str,
+    pub image: &'a ImageRef,
     pub digest: &'a str,
     pub version: Option<&'a str>,
     /// The pullspec as the admin gave it (tag included), for people.
@@ -44,16 +44,22 @@ pub struct OriginInfo<'a> {
 /// The origin of the new deployment. For a legacy oscontainer: as rpm-ostree writes it for
 /// `rebase :<commit> --custom-origin-url …`, which is how openshift/pivot recorded pivots and how
 /// rpm-ostree-era tools read them back. For an ostree-native image: the
-/// `container-image-reference` bootc and rpm-ostree write and read for container deployments.
-/// Either way with pivot's own `[pivot]` group (pullspec and version label, for status).
+/// `container-image-reference` bootc and rpm-ostree write and read for container deployments
+/// (for an OCI layout, its `oci:` or `oci-archive:` name, which cannot carry a digest). Either
+/// way with pivot's own `[pivot]` group (image with digest, pullspec and version label, for
+/// status).
 pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
+    let name = info.image.name();
     if info.format == Format::Native {
         let origin = glib::KeyFile::new();
-        origin.set_string(
-            "origin",
-            "container-image-reference",
-            &format!("{NATIVE_ORIGIN_TRANSPORT}{}@{}", info.name, info.digest),
-        );
+        let reference = match info.image.layout_path() {
+            None => format!("{NATIVE_ORIGIN_TRANSPORT}{name}@{}", info.digest),
+            Some(_) => format!(
+                "{NATIVE_LAYOUT_TRANSPORT}{}",
+                info.image.with_digest_dropped()
+            ),
+        };
+        origin.set_string("origin", "container-image-reference", &reference);
         pivot_group(&origin, info);
         return origin;
     }
@@ -61,7 +67,7 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
     origin.set_string(
         "origin",
         "custom-url",
-        &format!("{ORIGIN_SCHEME}{}@{}", info.name, info.digest),
+        &format!("{ORIGIN_SCHEME}{name}@{}", info.digest),
     );
     let description = match info.version {
         Some(v) => format!("Managed by pivot: {} (version {v})", info.pullspec),
@@ -72,8 +78,14 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
     origin
 }
 
-/// pivot's own group: the pullspec as given and the image's version label, for status.
+/// pivot's own group: the image by digest, the pullspec as given and the image's version label,
+/// for status.
 fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo) {
+    origin.set_string(
+        "pivot",
+        "image",
+        &format!("{}@{}", info.image.name(), info.digest),
+    );
     origin.set_string("pivot", "pullspec", info.pullspec);
     if let Some(version) = info.version {
         origin.set_string("pivot", "version", version);

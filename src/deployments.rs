@@ -13,6 +13,8 @@ pub const ORIGIN_SCHEME: &str = "pivot://";
 /// The transport of an ostree-native deployment's `container-image-reference`, as bootc and
 /// rpm-ostree write it for an image pulled without signature verification.
 pub const NATIVE_ORIGIN_TRANSPORT: &str = "ostree-unverified-registry:";
+/// The same for an image of any containers transport (an `oci:` or `oci-archive:` layout).
+pub const NATIVE_LAYOUT_TRANSPORT: &str = "ostree-unverified-image:";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DeploymentInfo {
@@ -113,10 +115,14 @@ pub fn commit_version(repo: &ostree::Repo, checksum: &str) -> Result<Option<Stri
     Ok(metadata.lookup::<String>("version").ok().flatten())
 }
 
-/// `host/path@digest` of the image a deployment came from: pivot's (and openshift/pivot's)
-/// `custom-url`, or the `container-image-reference` of an ostree-native deployment (made by
-/// pivot, bootc or rpm-ostree) when it names a registry image by digest.
+/// `host/path@digest` (or `oci:/path@digest`) of the image a deployment came from: what pivot
+/// recorded, else openshift/pivot's `custom-url`, else the `container-image-reference` of an
+/// ostree-native deployment (made by bootc or rpm-ostree) when it names a registry image by
+/// digest.
 fn origin_image(origin: &glib::KeyFile) -> Option<String> {
+    if let Ok(image) = origin.string("pivot", "image") {
+        return Some(image.to_string());
+    }
     if let Ok(url) = origin.string("origin", "custom-url") {
         return url.strip_prefix(ORIGIN_SCHEME).map(str::to_string);
     }

@@ -24,6 +24,8 @@ pub const NATIVE_COMMIT_LABEL: &str = "ostree.commit";
 /// The diffid of the last layer of an ostree-native image that belongs to its commit.
 pub const FINAL_DIFFID_LABEL: &str = "ostree.final-diffid";
 const OCI_VERSION_LABEL: &str = "org.opencontainers.image.version";
+/// Labels that mark a bootable (ostree-native) OS image: ostree-rs-ext's and bootc's.
+const BOOTABLE_LABELS: [&str; 2] = ["ostree.bootable", "containers.bootc"];
 
 /// How an image carries its OSTree commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +92,30 @@ impl OsImage {
             }
         };
         let native = label(NATIVE_COMMIT_LABEL)?;
+        let bootable = BOOTABLE_LABELS
+            .iter()
+            .map(|name| Ok(label(name)?.map(|_| *name)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .next();
+        // Labelled bootable but without its commit: a bootc image of a kind pivot cannot read
+        // (its layers are a plain filesystem); say so now rather than after the download.
+        if let (None, Some(name)) = (&native, bootable) {
+            ensure!(
+                label(COMMIT_LABEL)?.is_some(),
+                "the image is labelled {name} but has no {NATIVE_COMMIT_LABEL} label: pivot deploys ostree-native images (encapsulated by ostree-rs-ext, rpm-ostree or bootc) and legacy oscontainers, not plain container filesystems"
+            );
+        }
+        if native.is_some() && bootable.is_none() {
+            // Not a refusal: the commit's kernel is what makes it bootable, and libostree
+            // refuses to deploy a commit without one.
+            tracing::warn!(
+                "the image has an {NATIVE_COMMIT_LABEL} label but neither {} nor {}: it may not be meant to boot",
+                BOOTABLE_LABELS[0],
+                BOOTABLE_LABELS[1]
+            );
+        }
         let (format, mut commit_label) = match native {
             Some(commit) => (Format::Native, Some((NATIVE_COMMIT_LABEL, commit))),
             None => (
@@ -189,7 +215,7 @@ pub fn is_checksum(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-fn to_oci(d: &Descriptor) -> OciDescriptor {
+pub(crate) fn to_oci(d: &Descriptor) -> OciDescriptor {
     OciDescriptor {
         media_type: d.media_type().to_string(),
         digest: d.digest().to_string(),
@@ -250,5 +276,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("application/x-bzip2"), "{err}");
+    }
+
+    fn image_with_labels(labels: serde_json::Value) -> Result<OsImage> {
+        let layer = format!("sha256:{}", "1".repeat(64));
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": format!("sha256:{}", "2".repeat(64)), "size": 2},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                        "digest": layer, "size": 10}]
+        });
+        let resolved = ResolvedManifest {
+            digest: format!("sha256:{}", "3".repeat(64)),
+            manifest_digest: format!("sha256:{}", "3".repeat(64)),
+            manifest: serde_json::from_value(manifest).unwrap(),
+        };
+        let config = serde_json::json!({"config": {"Labels": labels}});
+        OsImage::new(&resolved, config.to_string().as_bytes())
+    }
+
+    #[test]
+    fn bootc_image_without_ostree_commit_is_refused_before_download() {
+        let err = image_with_labels(serde_json::json!({"containers.bootc": "1"}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("labelled containers.bootc but has no ostree.commit label"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bootable_labels_go_with_either_format() {
+        let commit = "a".repeat(64);
+        let native = image_with_labels(serde_json::json!({
+            "ostree.commit": commit, "ostree.bootable": "true"
+        }))
+        .unwrap();
+        assert_eq!(native.format, Format::Native);
+        let legacy = image_with_labels(serde_json::json!({
+            "com.coreos.ostree-commit": commit, "containers.bootc": "1"
+        }))
+        .unwrap();
+        assert_eq!(legacy.format, Format::Legacy);
     }
 }

@@ -13,13 +13,13 @@ use tokio::runtime::Handle;
 use crate::blob_reader::BlobReader;
 use crate::deploy::{self, Deployed, OriginInfo, SysrootLock};
 use crate::deployments::{self, DeploymentInfo};
-use crate::image::OsImage;
+use crate::image::{Format, OsImage};
 use crate::import::{self, RepoImporter};
 use crate::kargs::Edit;
 use crate::pivot::find_at_target;
 use crate::progress::Progress;
 use crate::reference::ImageRef;
-use crate::registry::Registry;
+use crate::source::Source;
 use crate::space;
 
 /// The part of a pivot that runs on one blocking thread, owning the libostree objects.
@@ -35,7 +35,7 @@ pub(crate) struct Job {
     pub(crate) download_only: bool,
     pub(crate) partial_downloads: bool,
     /// None when the commit is known to be in the repo already.
-    pub(crate) registry: Option<Registry>,
+    pub(crate) source: Option<Source>,
     pub(crate) runtime: Handle,
     pub(crate) progress: Progress,
     pub(crate) kargs: Vec<Edit>,
@@ -92,10 +92,10 @@ impl Job {
         space::check_boot(&self.sysroot, &self.stateroot, &repo, &commit)?;
         let mut refs = Vec::new();
         if self.keep || self.download_only {
-            refs.push(format!("pivot/{}", self.image.repository));
+            refs.push(format!("pivot/{}", self.image.ref_name()));
         }
         if self.download_only {
-            refs.push(downloaded_ref(&self.os.digest));
+            refs.push(downloaded_ref(&self.os.digest, self.os.format));
         }
         for name in refs {
             repo.set_ref_immediate(None, &name, Some(&commit), gio::Cancellable::NONE)
@@ -109,7 +109,7 @@ impl Job {
             &sysroot,
             &OriginInfo {
                 commit: &commit,
-                name: &self.image.name(),
+                image: &self.image,
                 digest: &self.os.digest,
                 version: self.os.version.as_deref(),
                 pullspec: &self.pullspec,
@@ -157,7 +157,8 @@ impl Job {
     }
 
     fn import_in_transaction(&self, repo: &ostree::Repo) -> Result<String> {
-        let spools = Spools::new(repo, &self.os, self.partial_downloads);
+        let remote = self.source.as_ref().is_some_and(Source::is_remote);
+        let spools = Spools::new(repo, &self.os, self.partial_downloads && remote);
         let imported = self.import_layers(repo, &spools);
         // A killed run keeps its downloads for the next one; a run that ends keeps nothing.
         spools.remove_all();
@@ -242,13 +243,13 @@ impl Job {
         let layer = &self.os.layers[i];
         let digest = &layer.descriptor.digest;
         let context = || format!("fetching layer {}/{} {digest}", i + 1, self.os.layers.len());
-        let registry = self
-            .registry
+        let source = self
+            .source
             .as_ref()
-            .context("no registry to fetch the layers from")?;
+            .context("no image source to fetch the layers from")?;
         let reader = BlobReader::open(
             &self.runtime,
-            registry,
+            source,
             &layer.descriptor,
             spools.path(digest).as_deref(),
         )
@@ -265,9 +266,14 @@ impl Job {
     }
 }
 
-/// The ref that keeps a `--download-only` commit, named after the image digest it came from.
-pub(crate) fn downloaded_ref(digest: &str) -> String {
-    format!("pivot/downloaded/{}", digest.replace(':', "-"))
+/// The ref that keeps a `--download-only` commit, named after the image digest it came from
+/// (and its format, which decides the origin the later deployment gets).
+pub(crate) fn downloaded_ref(digest: &str, format: Format) -> String {
+    let digest = digest.replace(':', "-");
+    match format {
+        Format::Legacy => format!("pivot/downloaded/{digest}"),
+        Format::Native => format!("pivot/downloaded/native/{digest}"),
+    }
 }
 
 /// Layers imported at once. Each layer's import already keeps two threads busy

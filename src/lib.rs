@@ -1,6 +1,6 @@
 //! pivot: move an OSTree node onto the OS inside an oscontainer image.
 //!
-//! One module per stage: [`reference`] → [`registry`] → [`image`] → [`import`] → [`deploy`] →
+//! One module per stage: [`reference`] → [`source`] ([`registry`] or [`layout`]) → [`image`] → [`import`] → [`deploy`] →
 //! [`state`]; [`space`] checks free space before the import and the deployment; [`status`]
 //! reads deployments and state, [`confirm`] checks at boot that a pivot took effect; [`cli`],
 //! [`logging`], [`events`] and [`reboot`] are the
@@ -17,6 +17,7 @@ pub mod image;
 pub mod import;
 mod job;
 pub mod kargs;
+pub mod layout;
 pub mod logging;
 pub mod pivot;
 pub mod progress;
@@ -24,6 +25,7 @@ pub mod reboot;
 pub mod reference;
 pub mod registry;
 pub mod retry;
+pub mod source;
 pub mod space;
 pub mod state;
 pub mod status;

@@ -13,16 +13,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use tokio::runtime::Handle;
 
-use crate::config::registries::RegistriesConf;
 use crate::deployments::{self, DeploymentInfo};
 use crate::events::{self, Reported, Target};
-use crate::image::OsImage;
+use crate::image::{Format, OsImage};
 use crate::import;
 use crate::job::{deployment_ids, downloaded_ref, Job};
 use crate::kargs::{self, Edit};
 use crate::progress::Progress;
 use crate::reference::ImageRef;
-use crate::registry::{self, Access, Registry};
+use crate::registry::Access;
+use crate::source;
 use crate::state::{Attempt, State, StateFile, MAX_ATTEMPTS};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
@@ -285,10 +285,9 @@ impl Run<'_> {
                 return self.make_deployment(self.image.clone(), os, None).await;
             }
         }
-        let conf = RegistriesConf::load_default()?;
         let what = self.image.to_string();
         self.opts.progress.step("pulling");
-        let (registry, resolved) = registry::open(&self.image, &conf, &self.opts.access)
+        let (source, resolved) = source::open(&self.image, &self.opts.access)
             .await
             .with_context(|| format!("pulling {what}"))?;
         let image = self.image.with_digest(&resolved.digest);
@@ -297,7 +296,7 @@ impl Run<'_> {
         if let Some(hit) = self.local.at_target(Some(&resolved.digest), None) {
             return self.settle(hit.clone());
         }
-        let config = registry
+        let config = source
             .fetch_json_blob(&OsImage::config_descriptor(&resolved.manifest))
             .await
             .with_context(|| format!("pulling {what}: fetching the image config"))?;
@@ -320,7 +319,7 @@ impl Run<'_> {
         if self.opts.check {
             return self.report_update(&image, &os).await;
         }
-        self.make_deployment(image, os, Some(registry)).await
+        self.make_deployment(image, os, Some(source)).await
     }
 
     /// Imports `os` (unless its commit is in the repo already) and deploys it, or with
@@ -329,7 +328,7 @@ impl Run<'_> {
         &mut self,
         image: ImageRef,
         os: OsImage,
-        registry: Option<Registry>,
+        source: Option<source::Source>,
     ) -> Result<Outcome> {
         let digest = os.digest.clone();
         let job = Job {
@@ -342,7 +341,7 @@ impl Run<'_> {
             keep: self.opts.keep,
             download_only: self.opts.download_only,
             partial_downloads: self.opts.partial_downloads,
-            registry,
+            source,
             runtime: Handle::current(),
             progress: self.opts.progress.clone(),
             kargs: self.kargs.clone(),
@@ -394,25 +393,27 @@ impl Run<'_> {
         let (sysroot, digest) = (self.opts.sysroot.clone(), digest.to_string());
         tokio::task::spawn_blocking(move || -> Result<Option<OsImage>> {
             let repo = deployments::open_sysroot(&sysroot)?.repo();
-            let Some(commit) = repo
-                .resolve_rev(&downloaded_ref(&digest), true)
-                .context("reading the downloads' refs")?
-            else {
-                return Ok(None);
-            };
-            if import::verify_complete(&repo, &commit).is_err() {
-                return Ok(None);
+            for format in [Format::Legacy, Format::Native] {
+                let Some(commit) = repo
+                    .resolve_rev(&downloaded_ref(&digest, format), true)
+                    .context("reading the downloads' refs")?
+                else {
+                    continue;
+                };
+                if import::verify_complete(&repo, &commit).is_err() {
+                    continue;
+                }
+                return Ok(Some(OsImage {
+                    version: deployments::commit_version(&repo, &commit)?,
+                    digest,
+                    // The layers are not read again; the format gives the origin.
+                    format,
+                    commit_label: Some(commit.to_string()),
+                    base_commit: None,
+                    layers: Vec::new(),
+                }));
             }
-            Ok(Some(OsImage {
-                version: deployments::commit_version(&repo, &commit)?,
-                digest,
-                // The layers are not read again; the origin of a download is pivot's own
-                // (`custom-url`), which `pivot status` reads for either format.
-                format: crate::image::Format::Legacy,
-                commit_label: Some(commit.to_string()),
-                base_commit: None,
-                layers: Vec::new(),
-            }))
+            Ok(None)
         })
         .await?
     }

@@ -1,16 +1,21 @@
-//! Image references (pullspecs): `[docker://]host[:port]/path[:tag][@sha256:<64 hex>]`.
+//! Image references (pullspecs), in the spelling of containers-transports(5):
 //!
-//! The registry host is always explicit: a node must never guess which registry an OS comes from,
-//! so `fedora:latest`-style short names are refused rather than expanded to docker.io.
+//! - `[docker://]host[:port]/path[:tag][@sha256:<64 hex>]`: an image in a registry. The registry
+//!   host is always explicit: a node must never guess which registry an OS comes from, so
+//!   `fedora:latest`-style short names are refused rather than expanded to docker.io.
+//! - `oci:DIR[:tag]` and `oci-archive:FILE[:tag]`: an OCI image layout in a directory, or in a
+//!   tar file of one (for air-gapped sites and bare metal without a registry). As in
+//!   containers-transports, the path ends at the first `:`, and without a tag the layout must
+//!   hold one image. pivot also takes `oci:DIR@sha256:…` (the index entry with that digest),
+//!   which is how it records what it deployed. Relative paths are made absolute.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 
-/// containers-transports(5) names other than docker, refused by name rather than misparsed.
-const OTHER_TRANSPORTS: [&str; 7] = [
-    "oci",
-    "oci-archive",
+/// containers-transports(5) names pivot does not read, refused by name rather than misparsed.
+const OTHER_TRANSPORTS: [&str; 5] = [
     "docker-archive",
     "docker-daemon",
     "containers-storage",
@@ -18,12 +23,34 @@ const OTHER_TRANSPORTS: [&str; 7] = [
     "ostree",
 ];
 
+/// Where an image is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Registry,
+    /// `oci:`: an OCI image layout directory.
+    OciDir,
+    /// `oci-archive:`: a tar file holding an OCI image layout.
+    OciArchive,
+}
+
+impl Transport {
+    /// The `transport:` prefix of a layout's pullspec.
+    fn prefix(self) -> &'static str {
+        match self {
+            Transport::Registry => "",
+            Transport::OciDir => "oci:",
+            Transport::OciArchive => "oci-archive:",
+        }
+    }
+}
+
 /// A parsed pullspec. `digest` wins over `tag` when both are given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageRef {
-    /// `host[:port]`
+    pub transport: Transport,
+    /// `host[:port]` (empty for a layout)
     pub registry: String,
-    /// `path/to/repo` inside the registry
+    /// `path/to/repo` inside the registry; for a layout, its absolute path
     pub repository: String,
     pub tag: Option<String>,
     /// `sha256:<64 lowercase hex>`
@@ -35,14 +62,19 @@ impl ImageRef {
     pub fn parse(input: &str) -> Result<ImageRef> {
         let spec = input.trim();
         ensure!(!spec.is_empty(), "empty image reference");
+        for transport in [Transport::OciDir, Transport::OciArchive] {
+            if let Some(rest) = spec.strip_prefix(transport.prefix()) {
+                return parse_layout(spec, rest, transport);
+            }
+        }
         let rest = spec.strip_prefix("docker://").unwrap_or(spec);
         if let Some((transport, _)) = rest.split_once("://") {
-            bail!("unsupported transport {transport:?} in {spec:?}: only docker:// is accepted");
+            bail!("unsupported transport {transport:?} in {spec:?}: pivot reads registries (docker://), oci: and oci-archive:");
         }
         if let Some((transport, _)) = rest.split_once(':') {
             if OTHER_TRANSPORTS.contains(&transport) {
                 bail!(
-                    "unsupported transport {transport:?} in {spec:?}: only docker:// is accepted"
+                    "unsupported transport {transport:?} in {spec:?}: pivot reads registries (docker://), oci: and oci-archive:"
                 );
             }
         }
@@ -72,6 +104,7 @@ impl ImageRef {
             validate_tag(tag)?;
         }
         Ok(ImageRef {
+            transport: Transport::Registry,
             registry: registry.to_string(),
             repository: repository.to_string(),
             tag: tag.map(str::to_string),
@@ -79,9 +112,36 @@ impl ImageRef {
         })
     }
 
-    /// `host[:port]/path`, the name without tag or digest.
+    /// `host[:port]/path` (or `oci:/path`, `oci-archive:/path`), the name without tag or digest.
     pub fn name(&self) -> String {
-        format!("{}/{}", self.registry, self.repository)
+        match self.transport {
+            Transport::Registry => format!("{}/{}", self.registry, self.repository),
+            layout => format!("{}{}", layout.prefix(), self.repository),
+        }
+    }
+
+    /// The path of an OCI layout (`None` for a registry image).
+    pub fn layout_path(&self) -> Option<&Path> {
+        (self.transport != Transport::Registry).then(|| Path::new(&self.repository))
+    }
+
+    /// A name for the image usable in an OSTree ref: the repository, or for a layout
+    /// `local/<file name>`.
+    pub fn ref_name(&self) -> String {
+        match self.layout_path() {
+            None => self.repository.clone(),
+            Some(path) => {
+                let file = path.file_name().unwrap_or_default().to_string_lossy();
+                let safe: String = file
+                    .chars()
+                    .map(|c| match c {
+                        'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
+                        _ => '_',
+                    })
+                    .collect();
+                format!("local/{}", safe.trim_start_matches(['-', '_']))
+            }
+        }
     }
 
     /// The same image pinned to `digest` (the tag is kept for people to read).
@@ -92,11 +152,22 @@ impl ImageRef {
         }
     }
 
-    /// `name@digest` when pinned, else `name:tag` (`latest` when no tag was given).
+    /// The pullspec without its digest (the tag kept): what a transport that cannot pin by
+    /// digest is told.
+    pub fn with_digest_dropped(&self) -> ImageRef {
+        ImageRef {
+            digest: None,
+            ..self.clone()
+        }
+    }
+
+    /// `name@digest` when pinned, else `name:tag` (`latest` when no tag was given to a
+    /// registry image; a layout without a tag is named alone: its only image).
     pub fn pinned_or_tagged(&self) -> String {
-        match &self.digest {
-            Some(d) => format!("{}@{d}", self.name()),
-            None => format!("{}:{}", self.name(), self.tag_or_latest()),
+        match (&self.digest, &self.tag, self.transport) {
+            (Some(d), _, _) => format!("{}@{d}", self.name()),
+            (None, None, Transport::OciDir | Transport::OciArchive) => self.name(),
+            (None, _, _) => format!("{}:{}", self.name(), self.tag_or_latest()),
         }
     }
 
@@ -116,6 +187,42 @@ impl fmt::Display for ImageRef {
         }
         Ok(())
     }
+}
+
+/// `oci:DIR[:tag][@digest]` or `oci-archive:FILE[:tag][@digest]`, `rest` after the transport.
+fn parse_layout(spec: &str, rest: &str, transport: Transport) -> Result<ImageRef> {
+    let (path_tag, digest) = match rest.rsplit_once('@') {
+        Some((path_tag, digest)) if digest.starts_with("sha256:") => {
+            (path_tag, Some(parse_digest(digest)?))
+        }
+        _ => (rest, None),
+    };
+    let (path, tag) = match path_tag.split_once(':') {
+        Some((path, tag)) => (path, Some(tag)),
+        None => (path_tag, None),
+    };
+    let kind = &transport.prefix()[..transport.prefix().len() - 1];
+    ensure!(!path.is_empty(), "{kind} reference {spec:?} names no path");
+    ensure!(
+        !path.contains('\0'),
+        "{kind} reference {spec:?} contains a NUL character"
+    );
+    if let Some(tag) = tag {
+        validate_tag(tag)?;
+    }
+    let path = std::path::absolute(PathBuf::from(path))
+        .with_context(|| format!("making the path of {spec:?} absolute"))?;
+    let repository = path
+        .to_str()
+        .with_context(|| format!("the path of {spec:?} is not UTF-8"))?
+        .to_string();
+    Ok(ImageRef {
+        transport,
+        registry: String::new(),
+        repository,
+        tag: tag.map(str::to_string),
+        digest,
+    })
 }
 
 /// Accepts only `sha256:` followed by 64 lowercase hex digits.
@@ -274,8 +381,11 @@ mod tests {
         assert!(err("").contains("empty"));
         assert!(err("fedora:latest").contains("no registry host"));
         assert!(err("library/fedora").contains("\"library\" is not a registry host"));
-        assert!(err("oci:/tmp/x").contains("unsupported transport \"oci\""));
-        assert!(err("oci-archive:///tmp/x").contains("unsupported transport \"oci-archive\""));
+        assert!(err("docker-archive:/tmp/x").contains("unsupported transport \"docker-archive\""));
+        assert!(err("oci:").contains("oci reference \"oci:\" names no path"));
+        assert!(err("oci-archive::v1").contains("names no path"));
+        assert!(err("oci:/srv/os:-bad").contains("tag \"-bad\""));
+        assert!(err("oci:/srv/os@sha256:abc").contains("64 lowercase hex"));
         assert!(err("quay.io:99999/os").contains("port \"99999\""));
         assert!(err("quay.io:/os").contains("port \"\""));
         assert!(err("quay.io/Os/Node").contains("component \"Os\""));
@@ -290,6 +400,43 @@ mod tests {
         .contains("64 lowercase hex"));
         assert!(err("qu ay.io/os").contains("white space"));
         assert!(err("bad_host.io/os").contains("\"bad_host.io\" is not a valid host name"));
+    }
+
+    #[test]
+    fn layouts_take_a_path_a_tag_and_a_digest() {
+        let r = ImageRef::parse("oci:/srv/images/os:v2").unwrap();
+        assert_eq!(r.transport, Transport::OciDir);
+        assert_eq!(r.layout_path(), Some(Path::new("/srv/images/os")));
+        assert_eq!(r.tag.as_deref(), Some("v2"));
+        assert_eq!(r.to_string(), "oci:/srv/images/os:v2");
+        assert_eq!(r.pinned_or_tagged(), "oci:/srv/images/os:v2");
+        assert_eq!(r.ref_name(), "local/os");
+
+        let r = ImageRef::parse(&format!("oci-archive:/media/usb/os image.tar@{D}")).unwrap();
+        assert_eq!(r.transport, Transport::OciArchive);
+        assert_eq!(r.repository, "/media/usb/os image.tar");
+        assert_eq!(r.digest.as_deref(), Some(D));
+        assert_eq!(
+            r.pinned_or_tagged(),
+            format!("oci-archive:/media/usb/os image.tar@{D}")
+        );
+        assert_eq!(r.ref_name(), "local/os_image_tar");
+        // Parsing what it prints gives the same reference back.
+        assert_eq!(ImageRef::parse(&r.to_string()).unwrap(), r);
+    }
+
+    #[test]
+    fn untagged_layout_names_its_only_image() {
+        let r = ImageRef::parse("oci:/srv/os").unwrap();
+        assert_eq!(r.tag, None);
+        assert_eq!(r.pinned_or_tagged(), "oci:/srv/os");
+    }
+
+    #[test]
+    fn relative_layout_paths_are_made_absolute() {
+        let r = ImageRef::parse("oci:images/os").unwrap();
+        let expected = std::env::current_dir().unwrap().join("images/os");
+        assert_eq!(r.layout_path(), Some(expected.as_path()));
     }
 
     #[test]

@@ -57,21 +57,33 @@ fn ext_fixtures_tool(release: bool) -> PathBuf {
 /// `oci:` directories written by ostree-rs-ext from `os-v2` (version 2).
 struct OciDirs {
     commit: String,
-    names: Vec<String>,
+    /// name → manifest digest, as ext-fixtures printed them
+    digests: BTreeMap<String, String>,
     dir: tempfile::TempDir,
+}
+
+impl OciDirs {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join("oci").join(name)
+    }
 }
 
 /// Commits `os-v2` (version 2) and encapsulates it with ostree-rs-ext.
 fn encapsulate_v2() -> OciDirs {
+    encapsulate(&fixture("os-v2"), false)
+}
+
+/// Commits `tree` (version 2) and encapsulates it with ostree-rs-ext (a `release` build of it).
+fn encapsulate(tree: &pivot_testkit::Tree, release: bool) -> OciDirs {
     let dir = tempfile::tempdir().unwrap();
     let repo_path = dir.path().join("repo");
     let repo = ostree::Repo::new_for_path(&repo_path);
     repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
         .unwrap();
-    let commit = pivot_testkit::commit_tree(&repo, &fixture("os-v2"), Some("os"), "2").unwrap();
+    let commit = pivot_testkit::commit_tree(&repo, tree, Some("os"), "2").unwrap();
 
     let out_dir = dir.path().join("oci");
-    let out = Command::new(ext_fixtures_tool(false))
+    let out = Command::new(ext_fixtures_tool(release))
         .arg(&repo_path)
         .arg("os")
         .arg(&out_dir)
@@ -82,25 +94,31 @@ fn encapsulate_v2() -> OciDirs {
         "ext-fixtures failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let names = String::from_utf8(out.stdout)
+    let digests = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .map(|l| l.split_once(' ').expect("NAME DIGEST").0.to_string())
+        .map(|l| {
+            let (name, digest) = l.split_once(' ').expect("NAME DIGEST");
+            (name.to_string(), digest.to_string())
+        })
         .collect();
-    OciDirs { commit, names, dir }
+    OciDirs {
+        commit,
+        digests,
+        dir,
+    }
 }
 
 /// Pushes the `oci:` directories to `env`'s registry with skopeo, as `pivot/native:<name>`.
 fn push_native_images(env: &Env, oci: &OciDirs) -> NativeImages {
     let dir = tempfile::tempdir().unwrap();
-    let out_dir = oci.dir.path().join("oci");
     let mut digests = BTreeMap::new();
-    for name in &oci.names {
+    for name in oci.digests.keys() {
         let digest_file = dir.path().join(format!("{name}.digest"));
         let status = Command::new("skopeo")
             .args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
             .arg(&digest_file)
-            .arg(format!("oci:{}", out_dir.join(name).display()))
+            .arg(format!("oci:{}", oci.path(name).display()))
             .arg(format!(
                 "docker://{}/pivot/native:{name}",
                 env.registry.host()
@@ -265,6 +283,53 @@ fn native_images_deploy_encapsulated_chunked_and_derived() {
     );
 }
 
+#[test]
+fn native_images_deploy_from_oci_layouts_and_downloads_keep_their_format() {
+    let oci = encapsulate_v2();
+    // The `oci:` directory ostree-rs-ext wrote, with no registry involved.
+    let env = Env::new();
+    let path = oci.path("chunked");
+    let out = env.pivot(&[&format!("oci:{}", path.display())]);
+    assert_success(&out);
+    let status = env.status_json();
+    let new = &status["deployments"][0];
+    assert_eq!(new["checksum"], oci.commit.as_str(), "{status:#}");
+    assert_eq!(
+        new["image"],
+        format!("oci:{}@{}", path.display(), oci.digests["chunked"]).as_str()
+    );
+    let origin = origin_of(&env, &oci.commit);
+    assert!(
+        origin.contains(&format!(
+            "container-image-reference=ostree-unverified-image:oci:{}\n",
+            path.display()
+        )),
+        "{origin}"
+    );
+    assert_eq!(
+        read(&env.deployment(0).join("usr/share/pivot/v2-marker")),
+        "v2\n"
+    );
+    fsck(&env);
+
+    // A native download deployed later, without the registry, gets the native origin.
+    let mut env = Env::new();
+    let images = push_native_images(&env, &oci);
+    let out = env.pivot(&["--download-only", &images.pullspec(&env, "encapsulated")]);
+    assert_success(&out);
+    let pinned = images.pinned(&env, "encapsulated");
+    env.registry.stop();
+    assert_success(&env.pivot(&[&pinned]));
+    let origin = origin_of(&env, &oci.commit);
+    assert!(
+        origin.contains(&format!(
+            "container-image-reference=ostree-unverified-registry:{pinned}\n"
+        )),
+        "{origin}"
+    );
+    assert!(!origin.contains("custom-url"), "{origin}");
+}
+
 /// The one layer of the `encapsulated` oci dir, as raw tar members.
 fn encapsulated_layer(oci: &OciDirs) -> RawTar {
     let dir = oci.dir.path().join("oci/encapsulated");
@@ -381,30 +446,8 @@ fn bench_native_import_pivot_vs_ostree_ext() {
             tree = tree.with_file(&format!("usr/share/bench/d{d:02}/f{f:02}"), 0o644, &text);
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let repo_path = dir.path().join("repo");
-    let repo = ostree::Repo::new_for_path(&repo_path);
-    repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
-        .unwrap();
-    pivot_testkit::commit_tree(&repo, &tree, Some("os"), "2").unwrap();
-    let out_dir = dir.path().join("oci");
-    let tool = ext_fixtures_tool(true);
-    let out = Command::new(&tool)
-        .arg(&repo_path)
-        .arg("os")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let oci = OciDirs {
-        commit: String::new(),
-        names: vec!["chunked".into()],
-        dir,
-    };
+    let mut oci = encapsulate(&tree, true);
+    oci.digests.retain(|name, _| name == "chunked");
     let (mut pivot_times, mut ext_times) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let env = Env::new();
@@ -417,7 +460,7 @@ fn bench_native_import_pivot_vs_ostree_ext() {
         let env = Env::new();
         push_native_images(&env, &oci);
         let start = std::time::Instant::now();
-        let out = Command::new(&tool)
+        let out = Command::new(ext_fixtures_tool(true))
             .arg("pull")
             .arg(env.sysroot.repo_path())
             .arg(format!("{}/pivot/native:chunked", env.registry.host()))

@@ -17,7 +17,10 @@ fn malformed_pullspecs_are_refused_naming_the_bad_part() {
         ),
         ("quay.io:99999/os", &["port \"99999\""]),
         ("quay.io/OS", &["component \"OS\""]),
-        ("oci:/srv/image", &["unsupported transport \"oci\""]),
+        (
+            "docker-daemon:os:v2",
+            &["unsupported transport \"docker-daemon\"", "oci:"],
+        ),
         ("quay.io/os:bad:tag", &["tag", "bad:tag"]),
     ];
     for (spec, needles) in cases {

@@ -132,12 +132,12 @@ fn registry_error(status: StatusCode, body: &[u8], url: &str) -> OciDistribution
     }
 }
 
-pub(super) enum Parsed {
+pub(crate) enum Parsed {
     Manifest(Box<ImageManifest>),
     Index(Box<ImageIndex>),
 }
 
-pub(super) fn parse_manifest(bytes: &[u8]) -> Result<Parsed> {
+pub(crate) fn parse_manifest(bytes: &[u8]) -> Result<Parsed> {
     let value: serde_json::Value = crate::image::parse_json(bytes, "manifest")?;
     let media_type = value
         .get("mediaType")
@@ -165,7 +165,7 @@ pub(super) fn parse_manifest(bytes: &[u8]) -> Result<Parsed> {
 }
 
 /// (os, architecture) in OCI's spelling.
-pub(super) fn host_platform() -> (&'static str, &'static str) {
+pub(crate) fn host_platform() -> (&'static str, &'static str) {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -177,7 +177,7 @@ pub(super) fn host_platform() -> (&'static str, &'static str) {
     ("linux", arch)
 }
 
-pub(super) fn pick_platform(index: &ImageIndex) -> Result<String> {
+pub(crate) fn pick_platform(index: &ImageIndex) -> Result<String> {
     let (os, arch) = host_platform();
     let mut seen = Vec::new();
     for entry in index.manifests() {

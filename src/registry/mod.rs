@@ -27,7 +27,7 @@ use crate::config::registries::{RegistriesConf, Source};
 use crate::reference::ImageRef;
 use crate::retry::{self, RetryPolicy};
 
-mod manifest;
+pub(crate) mod manifest;
 
 use manifest::{host_platform, parse_manifest, pick_platform, Parsed};
 
