@@ -5,19 +5,19 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
 use ostree::gio;
-use pivot_testkit::{Compression, RawImage, RawKind, RawLayer, RawTar};
+use pivot_testkit::{
+    encapsulate, ext_fixtures_tool, skopeo_push, Compression, RawImage, RawKind, RawLayer, RawTar,
+};
 
 /// The images ext-fixtures wrote from `os-v2`, pushed as `pivot/native:<name>`.
 struct NativeImages {
     commit: String,
     /// name (`encapsulated`, `chunked`, `derived`) → manifest digest as pushed
     digests: BTreeMap<String, String>,
-    _dir: tempfile::TempDir,
 }
 
 impl NativeImages {
@@ -32,26 +32,6 @@ impl NativeImages {
             self.digests[name]
         )
     }
-}
-
-/// Builds the fixture tool (in its own workspace, under this target dir); optimised for the
-/// benchmark.
-fn ext_fixtures_tool(release: bool) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("target/ext-fixtures");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet"])
-        .args(release.then_some("--release"))
-        .arg("--manifest-path")
-        .arg(root.join("tests/ext-fixtures/Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .status()
-        .expect("running cargo for tests/ext-fixtures");
-    assert!(status.success(), "building tests/ext-fixtures failed");
-    target
-        .join(if release { "release" } else { "debug" })
-        .join("ext-fixtures")
 }
 
 /// `oci:` directories written by ostree-rs-ext from `os-v2` (version 2).
@@ -70,50 +50,32 @@ fn encapsulate_v2() -> OciDirs {
         .unwrap();
     let commit = pivot_testkit::commit_tree(&repo, &fixture("os-v2"), Some("os"), "2").unwrap();
 
-    let out_dir = dir.path().join("oci");
-    let out = Command::new(ext_fixtures_tool(false))
-        .arg(&repo_path)
-        .arg("os")
-        .arg(&out_dir)
-        .output()
-        .expect("running ext-fixtures");
-    assert!(
-        out.status.success(),
-        "ext-fixtures failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let names = String::from_utf8(out.stdout)
+    let tool = ext_fixtures_tool(false).unwrap();
+    let names = encapsulate(&tool, &repo_path, "os", &dir.path().join("oci"), None)
         .unwrap()
-        .lines()
-        .map(|l| l.split_once(' ').expect("NAME DIGEST").0.to_string())
+        .into_iter()
+        .map(|(name, _)| name)
         .collect();
     OciDirs { commit, names, dir }
 }
 
 /// Pushes the `oci:` directories to `env`'s registry with skopeo, as `pivot/native:<name>`.
 fn push_native_images(env: &Env, oci: &OciDirs) -> NativeImages {
-    let dir = tempfile::tempdir().unwrap();
     let out_dir = oci.dir.path().join("oci");
-    let mut digests = BTreeMap::new();
-    for name in &oci.names {
-        let digest_file = dir.path().join(format!("{name}.digest"));
-        let status = Command::new("skopeo")
-            .args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
-            .arg(&digest_file)
-            .arg(format!("oci:{}", out_dir.join(name).display()))
-            .arg(format!(
-                "docker://{}/pivot/native:{name}",
-                env.registry.host()
-            ))
-            .status()
-            .expect("running skopeo");
-        assert!(status.success(), "skopeo copy of {name} failed");
-        digests.insert(name.to_string(), read(&digest_file).trim().to_string());
-    }
+    let digests = oci
+        .names
+        .iter()
+        .map(|name| {
+            let dest = format!("{}/pivot/native:{name}", env.registry.host());
+            (
+                name.clone(),
+                skopeo_push(&out_dir.join(name), &dest).unwrap(),
+            )
+        })
+        .collect();
     NativeImages {
         commit: oci.commit.clone(),
         digests,
-        _dir: dir,
     }
 }
 
@@ -387,19 +349,15 @@ fn bench_native_import_pivot_vs_ostree_ext() {
     repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
         .unwrap();
     pivot_testkit::commit_tree(&repo, &tree, Some("os"), "2").unwrap();
-    let out_dir = dir.path().join("oci");
-    let tool = ext_fixtures_tool(true);
-    let out = Command::new(&tool)
-        .arg(&repo_path)
-        .arg("os")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let tool = ext_fixtures_tool(true).unwrap();
+    encapsulate(
+        &tool,
+        &repo_path,
+        "os",
+        &dir.path().join("oci"),
+        Some("chunked"),
+    )
+    .unwrap();
     let oci = OciDirs {
         commit: String::new(),
         names: vec!["chunked".into()],
