@@ -34,23 +34,26 @@ impl Images {
             .get_or_init(|| {
                 let started = Instant::now();
                 let out = self.work.join("native-v2");
-                let encapsulated = pivot_testkit::ext_fixtures_tool(false).and_then(|tool| {
+                let chunked = out.join("chunked");
+                let layers = pivot_testkit::ext_fixtures_tool(false).and_then(|tool| {
                     pivot_testkit::encapsulate(
                         &tool,
                         &self.commits.repo,
                         os_commits::V2_REF,
                         &out,
                         Some("chunked"),
-                    )
+                    )?;
+                    oci_layers(&chunked)
                 });
-                match encapsulated {
-                    Ok(_) => {
+                match layers {
+                    Ok(layers) if layers > 2 => {
                         println!(
-                            "[vm] v2 encapsulated by ostree-rs-ext (chunked) in {:.0?}",
+                            "[vm] v2 encapsulated by ostree-rs-ext (chunked, {layers} layers) in {:.0?}",
                             started.elapsed()
                         );
-                        Ok(out.join("chunked"))
+                        Ok(chunked)
                     }
+                    Ok(layers) => Err(format!("the chunked image has {layers} layers")),
                     Err(e) => Err(format!("{e:#}")),
                 }
             })
@@ -66,6 +69,25 @@ pub fn get() -> Result<&'static Images> {
         .get_or_init(|| build().map_err(|e| format!("{e:#}")))
         .as_ref()
         .map_err(|e| anyhow!("building the VM images failed: {e}"))
+}
+
+/// The layer count of the one image in the `oci:` directory `dir`.
+fn oci_layers(dir: &Path) -> Result<usize> {
+    let json = |path: PathBuf| -> Result<serde_json::Value> {
+        let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(serde_json::from_slice(&text)?)
+    };
+    let blob = |digest: &serde_json::Value| {
+        let hex = digest.as_str().unwrap_or_default();
+        dir.join("blobs/sha256")
+            .join(hex.trim_start_matches("sha256:"))
+    };
+    let index = json(dir.join("index.json"))?;
+    let manifest = json(blob(&index["manifests"][0]["digest"]))?;
+    manifest["layers"]
+        .as_array()
+        .map(Vec::len)
+        .context("the manifest has no layers")
 }
 
 fn build() -> Result<Images> {
