@@ -5,19 +5,21 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
 use ostree::gio;
-use pivot_testkit::{Compression, RawImage, RawKind, RawLayer, RawTar};
+use pivot_testkit::{
+    encapsulate as encapsulate_with, ext_fixtures_tool, skopeo_push, Compression, RawImage,
+    RawKind, RawLayer, RawTar,
+};
 
 /// The images ext-fixtures wrote from `os-v2`, pushed as `pivot/native:<name>`.
 struct NativeImages {
     commit: String,
     /// name (`encapsulated`, `chunked`, `derived`) → manifest digest as pushed
     digests: BTreeMap<String, String>,
-    _dir: tempfile::TempDir,
 }
 
 impl NativeImages {
@@ -32,26 +34,6 @@ impl NativeImages {
             self.digests[name]
         )
     }
-}
-
-/// Builds the fixture tool (in its own workspace, under this target dir); optimised for the
-/// benchmark.
-fn ext_fixtures_tool(release: bool) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("target/ext-fixtures");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet"])
-        .args(release.then_some("--release"))
-        .arg("--manifest-path")
-        .arg(root.join("tests/ext-fixtures/Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .status()
-        .expect("running cargo for tests/ext-fixtures");
-    assert!(status.success(), "building tests/ext-fixtures failed");
-    target
-        .join(if release { "release" } else { "debug" })
-        .join("ext-fixtures")
 }
 
 /// `oci:` directories written by ostree-rs-ext from `os-v2` (version 2).
@@ -70,11 +52,12 @@ impl OciDirs {
 
 /// Commits `os-v2` (version 2) and encapsulates it with ostree-rs-ext.
 fn encapsulate_v2() -> OciDirs {
-    encapsulate(&fixture("os-v2"), false)
+    encapsulate(&fixture("os-v2"), false, None)
 }
 
-/// Commits `tree` (version 2) and encapsulates it with ostree-rs-ext (a `release` build of it).
-fn encapsulate(tree: &pivot_testkit::Tree, release: bool) -> OciDirs {
+/// Commits `tree` (version 2) and encapsulates it with ostree-rs-ext (a `release` build of it),
+/// as all three images or `only` one.
+fn encapsulate(tree: &pivot_testkit::Tree, release: bool, only: Option<&str>) -> OciDirs {
     let dir = tempfile::tempdir().unwrap();
     let repo_path = dir.path().join("repo");
     let repo = ostree::Repo::new_for_path(&repo_path);
@@ -82,25 +65,10 @@ fn encapsulate(tree: &pivot_testkit::Tree, release: bool) -> OciDirs {
         .unwrap();
     let commit = pivot_testkit::commit_tree(&repo, tree, Some("os"), "2").unwrap();
 
-    let out_dir = dir.path().join("oci");
-    let out = Command::new(ext_fixtures_tool(release))
-        .arg(&repo_path)
-        .arg("os")
-        .arg(&out_dir)
-        .output()
-        .expect("running ext-fixtures");
-    assert!(
-        out.status.success(),
-        "ext-fixtures failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let digests = String::from_utf8(out.stdout)
+    let tool = ext_fixtures_tool(release).unwrap();
+    let digests = encapsulate_with(&tool, &repo_path, "os", &dir.path().join("oci"), only)
         .unwrap()
-        .lines()
-        .map(|l| {
-            let (name, digest) = l.split_once(' ').expect("NAME DIGEST");
-            (name.to_string(), digest.to_string())
-        })
+        .into_iter()
         .collect();
     OciDirs {
         commit,
@@ -111,27 +79,17 @@ fn encapsulate(tree: &pivot_testkit::Tree, release: bool) -> OciDirs {
 
 /// Pushes the `oci:` directories to `env`'s registry with skopeo, as `pivot/native:<name>`.
 fn push_native_images(env: &Env, oci: &OciDirs) -> NativeImages {
-    let dir = tempfile::tempdir().unwrap();
-    let mut digests = BTreeMap::new();
-    for name in oci.digests.keys() {
-        let digest_file = dir.path().join(format!("{name}.digest"));
-        let status = Command::new("skopeo")
-            .args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
-            .arg(&digest_file)
-            .arg(format!("oci:{}", oci.path(name).display()))
-            .arg(format!(
-                "docker://{}/pivot/native:{name}",
-                env.registry.host()
-            ))
-            .status()
-            .expect("running skopeo");
-        assert!(status.success(), "skopeo copy of {name} failed");
-        digests.insert(name.to_string(), read(&digest_file).trim().to_string());
-    }
+    let digests = oci
+        .digests
+        .keys()
+        .map(|name| {
+            let dest = format!("{}/pivot/native:{name}", env.registry.host());
+            (name.clone(), skopeo_push(&oci.path(name), &dest).unwrap())
+        })
+        .collect();
     NativeImages {
         commit: oci.commit.clone(),
         digests,
-        _dir: dir,
     }
 }
 
@@ -446,8 +404,7 @@ fn bench_native_import_pivot_vs_ostree_ext() {
             tree = tree.with_file(&format!("usr/share/bench/d{d:02}/f{f:02}"), 0o644, &text);
         }
     }
-    let mut oci = encapsulate(&tree, true);
-    oci.digests.retain(|name, _| name == "chunked");
+    let oci = encapsulate(&tree, true, Some("chunked"));
     let (mut pivot_times, mut ext_times) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let env = Env::new();
@@ -460,7 +417,7 @@ fn bench_native_import_pivot_vs_ostree_ext() {
         let env = Env::new();
         push_native_images(&env, &oci);
         let start = std::time::Instant::now();
-        let out = Command::new(ext_fixtures_tool(true))
+        let out = Command::new(ext_fixtures_tool(true).unwrap())
             .arg("pull")
             .arg(env.sysroot.repo_path())
             .arg(format!("{}/pivot/native:chunked", env.registry.host()))

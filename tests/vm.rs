@@ -45,6 +45,20 @@ fn push_v2(registry: &Registry, images: &Images) -> Result<Pushed> {
     oscontainer::push(&registry.host(), "pivot/os", "v2", &images.v2_layer)
 }
 
+/// v2 as an ostree-native image (ostree-rs-ext's chunked encapsulation), pushed by skopeo.
+fn push_native_v2(registry: &Registry, images: &Images) -> Result<Pushed> {
+    let (repository, tag) = ("pivot/native", "v2");
+    let digest = pivot_testkit::skopeo_push(
+        images.native_v2()?,
+        &format!("{}/{repository}:{tag}", registry.host()),
+    )?;
+    Ok(Pushed {
+        repository: repository.into(),
+        tag: tag.into(),
+        digest,
+    })
+}
+
 /// A disk with v1 deployed and `edits` in its /etc.
 fn disk(s: &Scenario, images: &Images, edits: EtcEdits) -> Result<std::path::PathBuf> {
     let started = std::time::Instant::now();
@@ -65,9 +79,18 @@ struct Start {
 }
 
 fn start(s: &Scenario, edits: impl FnOnce(&Pushed) -> EtcEdits) -> Result<Start> {
+    start_with(s, push_v2, edits)
+}
+
+/// [`start`] with v2 pushed by `push` (the legacy oscontainer by [`push_v2`]).
+fn start_with(
+    s: &Scenario,
+    push: impl FnOnce(&Registry, &Images) -> Result<Pushed>,
+    edits: impl FnOnce(&Pushed) -> EtcEdits,
+) -> Result<Start> {
     let images = images::get()?;
     let registry = Registry::start()?;
-    let v2 = push_v2(&registry, images)?;
+    let v2 = push(&registry, images)?;
     let qcow2 = disk(s, images, edits(&v2))?;
     let m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
     Ok(Start {
@@ -356,81 +379,151 @@ fn first_boot_pivot() {
 #[test]
 fn admin_pivot() {
     scenario::run("admin-pivot", |s| {
-        let Start {
-            images,
-            registry: _registry,
-            v2,
-            qcow2,
-            mut m,
-        } = start(s, |_| EtcEdits::default())?;
+        admin_pivot_to_v2(s, start(s, |_| EtcEdits::default())?).map(drop)
+    });
+}
 
-        let boot1 = m.wait_boot(m.scaled(100))?;
-        m.base_checks()?;
-        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
-        let bootloader_before = m.sh("cat /boot/syslinux/syslinux.cfg")?;
+/// A node on v1; an admin's `pivot <v2 by tag>` stages v2 without touching the running system or
+/// the bootloader; the reboot boots v2, which pivot-confirm.service confirms; a second pivot to
+/// it is a no-op (77). Returns the saved disk, on which v2 is the default deployment with v1 its
+/// rollback, the bootloader boots v2 then v1, and the journals are clean.
+fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<SavedDisk> {
+    // The registry (left in `start`) serves until the machine is off.
+    let Start {
+        images,
+        v2,
+        qcow2,
+        mut m,
+        ..
+    } = start;
 
-        let timeout = m.scaled(300);
-        let started = std::time::Instant::now();
-        let out = m.run(&format!("pivot {}", v2.guest_by_tag()), timeout)?;
-        ensure!(out.rc == 0, "pivot exited with {}:\n{}", out.rc, out.text);
-        println!(
-            "[vm]   pivot pulled and staged v2 in {:.0?}",
-            started.elapsed()
-        );
-        // Staged: nothing changes until the reboot.
-        let list = facts::deployments(&facts::guest_status(&mut m)?)?;
-        let staged = one(&list, "staged", |d| d.staged)?;
-        ensure!(
-            staged.checksum == images.commits.v2,
-            "staged {staged:?} is not v2"
-        );
-        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
-        m.sh("test -e /run/pivot/reboot-needed")?;
-        let bootloader_after = m.sh("cat /boot/syslinux/syslinux.cfg")?;
-        ensure!(
-            bootloader_after == bootloader_before,
-            "staging rewrote the bootloader config before the reboot"
-        );
-        ensure!(
-            m.boot().id == boot1.id,
-            "the node rebooted without being asked"
-        );
+    let boot1 = m.wait_boot(m.scaled(100))?;
+    m.base_checks()?;
+    assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+    let bootloader_before = m.sh("cat /boot/syslinux/syslinux.cfg")?;
 
-        m.reboot(m.scaled(150))?;
-        m.base_checks()?;
-        assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
-        let status = facts::guest_status(&mut m)?;
-        assert_v2_with_v1_rollback(&status, images, &v2)?;
-        // pivot-confirm.service checked at boot that the staged v2 is what runs.
-        let last = &facts::pivot_state(&status, STATEROOT)["last"];
-        ensure!(
-            last["outcome"] == "confirmed" && last["commit"] == images.commits.v2.as_str(),
-            "pivot-confirm.service did not confirm v2 at boot: {last}"
-        );
-        let again = m.run(
-            &format!("pivot --unchanged-exit-77 {}", v2.guest_by_tag()),
-            m.scaled(120),
-        )?;
-        ensure!(
-            again.rc == 77,
-            "pivot to the running image should be a no-op (77), got {}:\n{}",
-            again.rc,
-            again.text
-        );
-        let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
-        facts::kubelet_started_after_pivot(&starts, &m.boot().id.clone(), &images.commits.v2)?;
-        m.poweroff()?;
+    let timeout = m.scaled(300);
+    let started = std::time::Instant::now();
+    let out = m.run(&format!("pivot {}", v2.guest_by_tag()), timeout)?;
+    ensure!(out.rc == 0, "pivot exited with {}:\n{}", out.rc, out.text);
+    println!(
+        "[vm]   pivot pulled and staged v2 in {:.0?}",
+        started.elapsed()
+    );
+    // Staged: nothing changes until the reboot.
+    let list = facts::deployments(&facts::guest_status(&mut m)?)?;
+    let staged = one(&list, "staged", |d| d.staged)?;
+    ensure!(
+        staged.checksum == images.commits.v2,
+        "staged {staged:?} is not v2"
+    );
+    assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+    m.sh("test -e /run/pivot/reboot-needed")?;
+    let bootloader_after = m.sh("cat /boot/syslinux/syslinux.cfg")?;
+    ensure!(
+        bootloader_after == bootloader_before,
+        "staging rewrote the bootloader config before the reboot"
+    );
+    ensure!(
+        m.boot().id == boot1.id,
+        "the node rebooted without being asked"
+    );
 
-        let disk = SavedDisk::open(&qcow2, &s.dir)?;
-        std::fs::write(
-            s.dir.join("saved-ostree-status.txt"),
-            disk.ostree_admin_status()?,
-        )?;
-        assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
-        assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
-        assert_journal_boots(&disk, s, &m, &[])?;
+    m.reboot(m.scaled(150))?;
+    m.base_checks()?;
+    assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+    let status = facts::guest_status(&mut m)?;
+    assert_v2_with_v1_rollback(&status, images, &v2)?;
+    // pivot-confirm.service checked at boot that the staged v2 is what runs.
+    let last = &facts::pivot_state(&status, STATEROOT)["last"];
+    ensure!(
+        last["outcome"] == "confirmed" && last["commit"] == images.commits.v2.as_str(),
+        "pivot-confirm.service did not confirm v2 at boot: {last}"
+    );
+    let again = m.run(
+        &format!("pivot --unchanged-exit-77 {}", v2.guest_by_tag()),
+        m.scaled(120),
+    )?;
+    ensure!(
+        again.rc == 77,
+        "pivot to the running image should be a no-op (77), got {}:\n{}",
+        again.rc,
+        again.text
+    );
+    let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
+    facts::kubelet_started_after_pivot(&starts, &m.boot().id.clone(), &images.commits.v2)?;
+    m.poweroff()?;
+
+    let disk = SavedDisk::open(&qcow2, &s.dir)?;
+    std::fs::write(
+        s.dir.join("saved-ostree-status.txt"),
+        disk.ostree_admin_status()?,
+    )?;
+    assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
+    assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
+    assert_journal_boots(&disk, s, &m, &[])?;
+    Ok(disk)
+}
+
+/// A node deployed from the legacy world (v1, its origin a legacy oscontainer's `custom-url`)
+/// moves to an ostree-native image of v2 made by ostree-rs-ext (chunked, as CoreOS images are),
+/// by an admin's `pivot`; the new deployment's origin is a native one, pinned to the digest.
+#[test]
+fn legacy_to_native_pivot() {
+    scenario::run("legacy-to-native", |s| {
+        let images = images::get()?;
+        let (v1_image, v1_origin) = legacy_origin(images);
+        let start = start_with(s, push_native_v2, |_| {
+            EtcEdits::default().origin(&v1_origin)
+        })?;
+        let v2 = start.v2.guest_pinned();
+        let disk = admin_pivot_to_v2(s, start)?;
+
+        let list = facts::deployments(&disk.pivot_status(&images.pivot)?)?;
+        let default = one(&list, "default", |d| d.default)?;
+        ensure!(
+            default.image.as_deref() == Some(v2.as_str()),
+            "v2's deployment names {:?}, expected the native image {v2}",
+            default.image
+        );
+        let rollback = one(&list, "rollback", |d| d.rollback)?;
+        ensure!(
+            rollback.image.as_deref() == Some(v1_image.as_str()),
+            "v1's deployment names {:?}, expected its legacy image {v1_image}",
+            rollback.image
+        );
+        let origin = disk.origin(&images.commits.v2)?;
+        std::fs::write(s.dir.join("saved-v2.origin"), &origin)?;
+        ensure!(
+            origin
+                .lines()
+                .any(|l| l == format!("container-image-reference=ostree-unverified-registry:{v2}")),
+            "v2's origin is not a native one pinned to {v2}:\n{origin}"
+        );
+        ensure!(
+            !origin.contains("custom-url=") && !origin.contains("refspec="),
+            "v2's origin keeps legacy keys:\n{origin}"
+        );
         Ok(())
     });
+}
+
+/// v1's origin as pivot (like openshift/pivot before it) writes it for a legacy oscontainer, and
+/// the image it names: a node that came to v1 from the legacy world. The image itself is not in
+/// the registry (nothing pulls it again); its digest is made up.
+fn legacy_origin(images: &Images) -> (String, String) {
+    let repository = format!("{}/pivot/os", vm::qemu::GUEST_REGISTRY);
+    let image = format!(
+        "{repository}@{}",
+        pivot_testkit::sha256_digest(images.commits.v1.as_bytes())
+    );
+    let origin = format!(
+        "[origin]\nrefspec={}\ncustom-url=pivot://{image}\n\
+         custom-description=Managed by pivot: {repository}:v1 (version 1)\n\n\
+         [pivot]\npullspec={repository}:v1\nversion=1\n",
+        images.commits.v1
+    );
+    (image, origin)
 }
 
 /// The registry is down. pivot retries within its budget, then fails with a message in the

@@ -90,16 +90,24 @@ fn ostree(args: &[&str]) -> Result<String> {
     )
 }
 
-/// What a scenario puts into v1's /etc before the first boot.
+/// What a scenario puts into v1's /etc before the first boot, and the origin v1 was deployed
+/// with if not `ostree admin deploy`'s.
 #[derive(Default)]
 pub struct EtcEdits {
     /// (path relative to /etc, contents)
     pub files: Vec<(String, String)>,
+    /// The deployment's .origin file, replacing the one naming the ref v1 was deployed from.
+    pub origin: Option<String>,
 }
 
 impl EtcEdits {
     pub fn file(mut self, path: &str, contents: &str) -> Self {
         self.files.push((path.to_string(), contents.to_string()));
+        self
+    }
+
+    pub fn origin(mut self, contents: &str) -> Self {
+        self.origin = Some(contents.to_string());
         self
     }
 }
@@ -112,7 +120,11 @@ pub fn build(sysroot: &Path, edits: &EtcEdits, scratch: &Path, qcow2: &Path) -> 
         Command::new("cp").arg("-a").arg(sysroot).arg(&copy),
         TIMEOUT,
     )?;
-    let etc = deployment_dir(&copy)?.join("etc");
+    let deployment = deployment_dir(&copy)?;
+    if let Some(origin) = &edits.origin {
+        fs::write(format!("{}.origin", deployment.display()), origin)?;
+    }
+    let etc = deployment.join("etc");
     // Each machine its own id, written where the first boot would otherwise create one.
     fs::write(etc.join("machine-id"), format!("{}\n", random_hex(16)?))?;
     for (path, contents) in &edits.files {

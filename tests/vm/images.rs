@@ -1,6 +1,6 @@
 //! Everything the scenarios share, built once per test run (the base OS comes from the cache):
 //! the v1/v2 commits with the pivot binary under test, the v1 sysroot, and the v2 oscontainer
-//! layer. The scratch space lives in the cache directory (same filesystem as the cached repo, so
+//! layer; on first use, v2 as an ostree-native image too. The scratch space lives in the cache directory (same filesystem as the cached repo, so
 //! pulls hard-link) and is removed when the test process exits.
 
 use std::path::{Path, PathBuf};
@@ -21,6 +21,45 @@ pub struct Images {
     pub v2_layer: OsLayer,
     /// The pivot binary under test (its unstripped build, used on the host too).
     pub pivot: PathBuf,
+    work: PathBuf,
+    native_v2: OnceLock<Result<PathBuf, String>>,
+}
+
+impl Images {
+    /// v2 as an ostree-native image, as CoreOS images are made: ostree-rs-ext's chunked
+    /// encapsulation of the v2 commit (tests/ext-fixtures), an `oci:` directory. Written on first
+    /// use, so only the scenarios that pull it pay for it.
+    pub fn native_v2(&self) -> Result<&Path> {
+        self.native_v2
+            .get_or_init(|| {
+                let started = Instant::now();
+                let out = self.work.join("native-v2");
+                let chunked = out.join("chunked");
+                let layers = pivot_testkit::ext_fixtures_tool(false).and_then(|tool| {
+                    pivot_testkit::encapsulate(
+                        &tool,
+                        &self.commits.repo,
+                        os_commits::V2_REF,
+                        &out,
+                        Some("chunked"),
+                    )?;
+                    oci_layers(&chunked)
+                });
+                match layers {
+                    Ok(layers) if layers > 2 => {
+                        println!(
+                            "[vm] v2 encapsulated by ostree-rs-ext (chunked, {layers} layers) in {:.0?}",
+                            started.elapsed()
+                        );
+                        Ok(chunked)
+                    }
+                    Ok(layers) => Err(format!("the chunked image has {layers} layers")),
+                    Err(e) => Err(format!("{e:#}")),
+                }
+            })
+            .as_deref()
+            .map_err(|e| anyhow!("encapsulating v2 as an ostree-native image failed: {e}"))
+    }
 }
 
 /// Builds the images on first use; every scenario sees the same result (or the same error).
@@ -30,6 +69,25 @@ pub fn get() -> Result<&'static Images> {
         .get_or_init(|| build().map_err(|e| format!("{e:#}")))
         .as_ref()
         .map_err(|e| anyhow!("building the VM images failed: {e}"))
+}
+
+/// The layer count of the one image in the `oci:` directory `dir`.
+fn oci_layers(dir: &Path) -> Result<usize> {
+    let json = |path: PathBuf| -> Result<serde_json::Value> {
+        let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(serde_json::from_slice(&text)?)
+    };
+    let blob = |digest: &serde_json::Value| {
+        let hex = digest.as_str().unwrap_or_default();
+        dir.join("blobs/sha256")
+            .join(hex.trim_start_matches("sha256:"))
+    };
+    let index = json(dir.join("index.json"))?;
+    let manifest = json(blob(&index["manifests"][0]["digest"]))?;
+    manifest["layers"]
+        .as_array()
+        .map(Vec::len)
+        .context("the manifest has no layers")
 }
 
 fn build() -> Result<Images> {
@@ -62,6 +120,8 @@ fn build() -> Result<Images> {
         sysroot,
         v2_layer,
         pivot,
+        work,
+        native_v2: OnceLock::new(),
     })
 }
 
@@ -109,6 +169,7 @@ const TOOLS: &[(&str, &str)] = &[
     ("/usr/sbin/mkfs.ext4", "e2fsprogs"),
     ("/usr/sbin/losetup", "mount"),
     ("/usr/bin/docker-registry", "docker-registry"),
+    ("/usr/bin/skopeo", "skopeo"),
     ("/usr/bin/journalctl", "systemd"),
 ];
 

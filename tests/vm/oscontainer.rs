@@ -44,6 +44,11 @@ impl Pushed {
     pub fn guest_by_tag(&self) -> String {
         format!("{GUEST_REGISTRY}/{}:{}", self.repository, self.tag)
     }
+
+    /// The image by digest, as the guest reaches the registry (what origins record).
+    pub fn guest_pinned(&self) -> String {
+        format!("{GUEST_REGISTRY}/{}@{}", self.repository, self.digest)
+    }
 }
 
 /// Writes the v2 layer: a fresh archive repo holding only v2 (hard-linked objects), as a tar.

@@ -81,6 +81,28 @@ impl SavedDisk {
         )
     }
 
+    /// The .origin file of the one deployment of `commit` on [`STATEROOT`].
+    pub fn origin(&self, commit: &str) -> Result<String> {
+        let dir = self
+            .sysroot()
+            .join("ostree/deploy")
+            .join(STATEROOT)
+            .join("deploy");
+        let found: Vec<PathBuf> = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().unwrap_or_default().to_string_lossy();
+                name.starts_with(&format!("{commit}.")) && name.ends_with(".origin")
+            })
+            .collect();
+        anyhow::ensure!(
+            found.len() == 1,
+            "expected one origin of {commit} on the saved disk, found {found:?}"
+        );
+        std::fs::read_to_string(&found[0])
+            .with_context(|| format!("reading {}", found[0].display()))
+    }
+
     /// `pivot status --json` of the host's pivot binary on this sysroot.
     pub fn pivot_status(&self, pivot: &Path) -> Result<serde_json::Value> {
         let out = cmd::run(

@@ -1,4 +1,4 @@
-//! `ext-fixtures REPO REF OUTDIR`: encapsulates the commit REF of the OSTree repo REPO with
+//! `ext-fixtures REPO REF OUTDIR [NAME]`: encapsulates the commit REF of the OSTree repo REPO with
 //! ostree-rs-ext (`ostree_ext::container::encapsulate`), the producer of today's CoreOS, RHCOS
 //! and bootc images, so pivot's tests read ostree-native images they did not write themselves.
 //!
@@ -9,7 +9,8 @@
 //! - `derived`: `encapsulated` with one more, plain tar layer on top, as a `FROM` build adds:
 //!   a new file, a file under `etc/`, and a whiteout removing `usr/share/pivot/v2-marker`.
 //!
-//! Prints the three directories' manifest digests, one per line, as `NAME DIGEST`.
+//! Prints the directories' manifest digests, one per line, as `NAME DIGEST`. With NAME, writes
+//! only that one (a real OS commit takes a while to encapsulate, and the VM scenario needs one).
 //!
 //! `ext-fixtures pull REPO HOST/PATH:TAG` imports an image from a plain-HTTP registry into the
 //! repo REPO the way rpm-ostree and bootc do (ostree-rs-ext's `ImageImporter`, through skopeo's
@@ -34,9 +35,14 @@ async fn main() -> Result<()> {
             return pull_image(repo, image).await;
         }
     }
-    let [repo, rev, out] = args.as_slice() else {
-        bail!("usage: ext-fixtures REPO REF OUTDIR");
+    let (repo, rev, out, only) = match args.as_slice() {
+        [repo, rev, out] => (repo, rev, out, None),
+        [repo, rev, out, only] if NAMES.contains(&only.as_str()) => {
+            (repo, rev, out, Some(only.as_str()))
+        }
+        _ => bail!("usage: ext-fixtures REPO REF OUTDIR [{}]", NAMES.join("|")),
     };
+    let wanted = |name: &str| only.is_none_or(|only| only == name);
     let repo_path = repo;
     let repo = ostree::Repo::new_for_path(repo_path);
     repo.open(gio::Cancellable::NONE)
@@ -51,26 +57,35 @@ async fn main() -> Result<()> {
         cmd: None,
     };
 
-    let encapsulated = out.join("encapsulated");
-    let digest = encapsulate(&repo, rev, &config, None, &oci_ref(&encapsulated)).await;
-    report("encapsulated", &encapsulated, digest)?;
+    if wanted("encapsulated") {
+        let encapsulated = out.join("encapsulated");
+        let digest = encapsulate(&repo, rev, &config, None, &oci_ref(&encapsulated)).await;
+        report("encapsulated", &encapsulated, digest)?;
+    }
 
-    let meta = contentmeta(&repo, rev)?;
-    let meta = ostree_ext::chunking::ObjectMetaSized::compute_sizes(&repo, meta)?;
-    let mut opts = ExportOpts::default();
-    opts.contentmeta = Some(&meta);
-    opts.max_layers = NonZeroU32::new(8);
-    let chunked = out.join("chunked");
-    let digest = encapsulate(&repo, rev, &config, Some(opts), &oci_ref(&chunked)).await;
-    report("chunked", &chunked, digest)?;
+    if wanted("chunked") {
+        let meta = contentmeta(&repo, rev)?;
+        let meta = ostree_ext::chunking::ObjectMetaSized::compute_sizes(&repo, meta)?;
+        let mut opts = ExportOpts::default();
+        opts.contentmeta = Some(&meta);
+        opts.max_layers = NonZeroU32::new(8);
+        let chunked = out.join("chunked");
+        let digest = encapsulate(&repo, rev, &config, Some(opts), &oci_ref(&chunked)).await;
+        report("chunked", &chunked, digest)?;
+    }
 
-    let derived = out.join("derived");
-    let digest = encapsulate(&repo, rev, &config, None, &oci_ref(&derived)).await;
-    report("encapsulated-copy", &derived, digest)?;
-    add_derived_layer(&derived)?;
-    println!("derived {}", manifest_digest(&derived)?);
+    if wanted("derived") {
+        let derived = out.join("derived");
+        let digest = encapsulate(&repo, rev, &config, None, &oci_ref(&derived)).await;
+        report("encapsulated-copy", &derived, digest)?;
+        add_derived_layer(&derived)?;
+        println!("derived {}", manifest_digest(&derived)?);
+    }
     Ok(())
 }
+
+/// The `oci:` directories the tool writes, by name.
+const NAMES: [&str; 3] = ["encapsulated", "chunked", "derived"];
 
 fn oci_ref(dir: &Path) -> ImageReference {
     ImageReference {

@@ -5,9 +5,11 @@
 //! auth on the registry, a bearer-token server and a fault-injecting proxy.
 //! For hostile images: raw tar layers, manifests and configs written byte by byte.
 //! For crash and disk-space tests: size-limited tmpfs mounts.
+//! For ostree-native images: ostree-rs-ext's encapsulation (tests/ext-fixtures) and skopeo.
 
 mod auth;
 mod commit;
+mod ext_fixtures;
 mod fault;
 mod fault_proxy;
 mod http1;
@@ -27,6 +29,7 @@ mod tree;
 
 pub use auth::{basic_auth, htpasswd_line, write_auth_json};
 pub use commit::{commit_tree, COMMIT_TIME};
+pub use ext_fixtures::{encapsulate, ext_fixtures_tool, skopeo_push};
 pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
 pub use oscontainer::{
     push_oscontainer, CommitLabel, Compression, ImageSpec, ManifestFormat, PushedImage,
