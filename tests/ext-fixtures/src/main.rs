@@ -1,6 +1,7 @@
-//! `ext-fixtures REPO REF OUTDIR`: encapsulates the commit REF of the OSTree repo REPO with
-//! ostree-rs-ext (`ostree_ext::container::encapsulate`), the producer of today's CoreOS, RHCOS
-//! and bootc images, so pivot's tests read ostree-native images they did not write themselves.
+//! `ext-fixtures REPO REF OUTDIR [NAME...]`: encapsulates the commit REF of the OSTree repo REPO
+//! with ostree-rs-ext (`ostree_ext::container::encapsulate`), the producer of today's CoreOS,
+//! RHCOS and bootc images, so pivot's tests read ostree-native images they did not write
+//! themselves.
 //!
 //! Writes three `oci:` directories under OUTDIR:
 //! - `encapsulated`: one layer holding the whole commit;
@@ -9,7 +10,8 @@
 //! - `derived`: `encapsulated` with one more, plain tar layer on top, as a `FROM` build adds:
 //!   a new file, a file under `etc/`, and a whiteout removing `usr/share/pivot/v2-marker`.
 //!
-//! Prints the three directories' manifest digests, one per line, as `NAME DIGEST`.
+//! Prints the directories' manifest digests, one per line, as `NAME DIGEST`. Given NAMEs, it
+//! writes only those (`benches/pivot-bench` needs just `chunked`, of a tree up to 1 GB).
 //!
 //! `ext-fixtures pull REPO HOST/PATH:TAG` imports an image from a plain-HTTP registry into the
 //! repo REPO the way rpm-ostree and bootc do (ostree-rs-ext's `ImageImporter`, through skopeo's
@@ -34,9 +36,14 @@ async fn main() -> Result<()> {
             return pull_image(repo, image).await;
         }
     }
-    let [repo, rev, out] = args.as_slice() else {
-        bail!("usage: ext-fixtures REPO REF OUTDIR");
+    let [repo, rev, out, only @ ..] = args.as_slice() else {
+        bail!("usage: ext-fixtures REPO REF OUTDIR [encapsulated|chunked|derived ...]");
     };
+    const NAMES: [&str; 3] = ["encapsulated", "chunked", "derived"];
+    if let Some(name) = only.iter().find(|n| !NAMES.contains(&n.as_str())) {
+        bail!("unknown image {name}: not one of {NAMES:?}");
+    }
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
     let repo_path = repo;
     let repo = ostree::Repo::new_for_path(repo_path);
     repo.open(gio::Cancellable::NONE)
@@ -51,24 +58,30 @@ async fn main() -> Result<()> {
         cmd: None,
     };
 
-    let encapsulated = out.join("encapsulated");
-    let digest = encapsulate(&repo, rev, &config, None, &oci_ref(&encapsulated)).await;
-    report("encapsulated", &encapsulated, digest)?;
+    if wanted("encapsulated") {
+        let encapsulated = out.join("encapsulated");
+        let digest = encapsulate(&repo, rev, &config, None, &oci_ref(&encapsulated)).await;
+        report("encapsulated", &encapsulated, digest)?;
+    }
 
-    let meta = contentmeta(&repo, rev)?;
-    let meta = ostree_ext::chunking::ObjectMetaSized::compute_sizes(&repo, meta)?;
-    let mut opts = ExportOpts::default();
-    opts.contentmeta = Some(&meta);
-    opts.max_layers = NonZeroU32::new(8);
-    let chunked = out.join("chunked");
-    let digest = encapsulate(&repo, rev, &config, Some(opts), &oci_ref(&chunked)).await;
-    report("chunked", &chunked, digest)?;
+    if wanted("chunked") {
+        let meta = contentmeta(&repo, rev)?;
+        let meta = ostree_ext::chunking::ObjectMetaSized::compute_sizes(&repo, meta)?;
+        let mut opts = ExportOpts::default();
+        opts.contentmeta = Some(&meta);
+        opts.max_layers = NonZeroU32::new(8);
+        let chunked = out.join("chunked");
+        let digest = encapsulate(&repo, rev, &config, Some(opts), &oci_ref(&chunked)).await;
+        report("chunked", &chunked, digest)?;
+    }
 
-    let derived = out.join("derived");
-    let digest = encapsulate(&repo, rev, &config, None, &oci_ref(&derived)).await;
-    report("encapsulated-copy", &derived, digest)?;
-    add_derived_layer(&derived)?;
-    println!("derived {}", manifest_digest(&derived)?);
+    if wanted("derived") {
+        let derived = out.join("derived");
+        let digest = encapsulate(&repo, rev, &config, None, &oci_ref(&derived)).await;
+        report("encapsulated-copy", &derived, digest)?;
+        add_derived_layer(&derived)?;
+        println!("derived {}", manifest_digest(&derived)?);
+    }
     Ok(())
 }
 
