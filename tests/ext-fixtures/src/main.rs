@@ -1,6 +1,7 @@
-//! `ext-fixtures REPO REF OUTDIR [NAME]`: encapsulates the commit REF of the OSTree repo REPO with
-//! ostree-rs-ext (`ostree_ext::container::encapsulate`), the producer of today's CoreOS, RHCOS
-//! and bootc images, so pivot's tests read ostree-native images they did not write themselves.
+//! `ext-fixtures REPO REF OUTDIR [NAME...]`: encapsulates the commit REF of the OSTree repo REPO
+//! with ostree-rs-ext (`ostree_ext::container::encapsulate`), the producer of today's CoreOS,
+//! RHCOS and bootc images, so pivot's tests read ostree-native images they did not write
+//! themselves.
 //!
 //! Writes three `oci:` directories under OUTDIR:
 //! - `encapsulated`: one layer holding the whole commit;
@@ -9,8 +10,8 @@
 //! - `derived`: `encapsulated` with one more, plain tar layer on top, as a `FROM` build adds:
 //!   a new file, a file under `etc/`, and a whiteout removing `usr/share/pivot/v2-marker`.
 //!
-//! Prints the directories' manifest digests, one per line, as `NAME DIGEST`. With NAME, writes
-//! only that one (a real OS commit takes a while to encapsulate, and the VM scenario needs one).
+//! Prints the directories' manifest digests, one per line, as `NAME DIGEST`. Given NAMEs, it
+//! writes only those (`benches/pivot-bench` needs just `chunked`, of a tree up to 1 GB).
 //!
 //! `ext-fixtures pull REPO HOST/PATH:TAG` imports an image from a plain-HTTP registry into the
 //! repo REPO the way rpm-ostree and bootc do (ostree-rs-ext's `ImageImporter`, through skopeo's
@@ -35,14 +36,14 @@ async fn main() -> Result<()> {
             return pull_image(repo, image).await;
         }
     }
-    let (repo, rev, out, only) = match args.as_slice() {
-        [repo, rev, out] => (repo, rev, out, None),
-        [repo, rev, out, only] if NAMES.contains(&only.as_str()) => {
-            (repo, rev, out, Some(only.as_str()))
-        }
-        _ => bail!("usage: ext-fixtures REPO REF OUTDIR [{}]", NAMES.join("|")),
+    let [repo, rev, out, only @ ..] = args.as_slice() else {
+        bail!("usage: ext-fixtures REPO REF OUTDIR [encapsulated|chunked|derived ...]");
     };
-    let wanted = |name: &str| only.is_none_or(|only| only == name);
+    const NAMES: [&str; 3] = ["encapsulated", "chunked", "derived"];
+    if let Some(name) = only.iter().find(|n| !NAMES.contains(&n.as_str())) {
+        bail!("unknown image {name}: not one of {NAMES:?}");
+    }
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
     let repo_path = repo;
     let repo = ostree::Repo::new_for_path(repo_path);
     repo.open(gio::Cancellable::NONE)
@@ -83,9 +84,6 @@ async fn main() -> Result<()> {
     }
     Ok(())
 }
-
-/// The `oci:` directories the tool writes, by name.
-const NAMES: [&str; 3] = ["encapsulated", "chunked", "derived"];
 
 fn oci_ref(dir: &Path) -> ImageReference {
     ImageReference {
