@@ -115,6 +115,15 @@ impl ImageRef {
     /// `host[:port]/path` (or `oci:/path`, `oci-archive:/path`), the name without tag or digest.
     pub fn name(&self) -> String {
         match self.transport {
+            // A registry host named like a transport (`oci:5000`) keeps its `docker://`, so
+            // that the name reads back as the same image.
+            Transport::Registry
+                if [Transport::OciDir, Transport::OciArchive]
+                    .iter()
+                    .any(|t| self.registry.starts_with(t.prefix())) =>
+            {
+                format!("docker://{}/{}", self.registry, self.repository)
+            }
             Transport::Registry => format!("{}/{}", self.registry, self.repository),
             layout => format!("{}{}", layout.prefix(), self.repository),
         }
@@ -423,6 +432,18 @@ mod tests {
         assert_eq!(r.ref_name(), "local/os_image_tar");
         // Parsing what it prints gives the same reference back.
         assert_eq!(ImageRef::parse(&r.to_string()).unwrap(), r);
+    }
+
+    #[test]
+    fn a_registry_host_named_like_a_transport_keeps_its_scheme() {
+        let r = ImageRef::parse("docker://oci:5000/os").unwrap();
+        assert_eq!(r.transport, Transport::Registry);
+        assert_eq!(r.to_string(), "docker://oci:5000/os");
+        assert_eq!(ImageRef::parse(&r.to_string()).unwrap(), r);
+        assert_eq!(
+            ImageRef::parse("oci:5000/os").unwrap().transport,
+            Transport::OciDir
+        );
     }
 
     #[test]
