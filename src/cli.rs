@@ -104,7 +104,8 @@ pub struct PivotArgs {
     #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
     pub retry_timeout: u64,
     /// Keep downloaded layer bytes on disk until the import commits, so that a killed pivot
-    /// resumes them (--partial-downloads=false saves that space: about the compressed image).
+    /// resumes them (--partial-downloads=false saves that space: about the compressed image;
+    /// pivot also does without them when the repo has room for the objects only).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub partial_downloads: bool,
     /// Add a kernel argument to the new deployment (repeatable; whole-token match, see

@@ -49,43 +49,39 @@ pub struct OriginInfo<'a> {
 /// way with pivot's own `[pivot]` group (image with digest, pullspec and version label, for
 /// status).
 pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
-    let name = info.image.name();
+    let by_digest = format!("{}@{}", info.image.name(), info.digest);
     if info.format == Format::Native {
         let origin = glib::KeyFile::new();
         let reference = match info.image.layout_path() {
-            None => format!("{NATIVE_ORIGIN_TRANSPORT}{name}@{}", info.digest),
+            None => format!("{NATIVE_ORIGIN_TRANSPORT}{by_digest}"),
             Some(_) => format!(
                 "{NATIVE_LAYOUT_TRANSPORT}{}",
                 info.image.with_digest_dropped()
             ),
         };
         origin.set_string("origin", "container-image-reference", &reference);
-        pivot_group(&origin, info);
+        pivot_group(&origin, info, &by_digest);
         return origin;
     }
     let origin = sysroot.origin_new_from_refspec(info.commit);
     origin.set_string(
         "origin",
         "custom-url",
-        &format!("{ORIGIN_SCHEME}{name}@{}", info.digest),
+        &format!("{ORIGIN_SCHEME}{by_digest}"),
     );
     let description = match info.version {
         Some(v) => format!("Managed by pivot: {} (version {v})", info.pullspec),
         None => format!("Managed by pivot: {}", info.pullspec),
     };
     origin.set_string("origin", "custom-description", &description);
-    pivot_group(&origin, info);
+    pivot_group(&origin, info, &by_digest);
     origin
 }
 
 /// pivot's own group: the image by digest, the pullspec as given and the image's version label,
 /// for status.
-fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo) {
-    origin.set_string(
-        "pivot",
-        "image",
-        &format!("{}@{}", info.image.name(), info.digest),
-    );
+fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo, by_digest: &str) {
+    origin.set_string("pivot", "image", by_digest);
     origin.set_string("pivot", "pullspec", info.pullspec);
     if let Some(version) = info.version {
         origin.set_string("pivot", "version", version);

@@ -84,8 +84,8 @@ impl Job {
                 c.to_string()
             }
             _ => {
-                self.check_space(&repo)?;
-                self.import(&repo)
+                let spooling = self.check_space(&repo)?;
+                self.import(&repo, spooling)
                     .with_context(|| format!("pulling {}", self.pullspec))?
             }
         };
@@ -121,8 +121,9 @@ impl Job {
         Ok(Some((commit, Some(deployed))))
     }
 
-    /// Refuses, before any layer is downloaded, an import the repo's filesystem has no room for.
-    fn check_space(&self, repo: &ostree::Repo) -> Result<()> {
+    /// Refuses, before any layer is downloaded, an import the repo's filesystem has no room for;
+    /// whether to keep downloads for resume (wanted, and room for them too).
+    fn check_space(&self, repo: &ostree::Repo) -> Result<bool> {
         // As people know it (libostree's own path for the repo is a /proc/self/fd one).
         let repo_path = self.sysroot.join("ostree/repo");
         let spools = repo_path.join(Spools::DIR);
@@ -141,24 +142,24 @@ impl Job {
                 }
             })
             .collect();
-        space::check_repo(repo, &repo_path, &layers)
+        let remote = self.source.as_ref().is_some_and(Source::is_remote);
+        space::check_repo(repo, &repo_path, &layers, self.partial_downloads && remote)
     }
 
     /// Streams every layer into one transaction; nothing is committed unless all layers verified
     /// and the commit is complete. On failure the transaction's temporary space is freed.
-    fn import(&self, repo: &ostree::Repo) -> Result<String> {
+    fn import(&self, repo: &ostree::Repo, spooling: bool) -> Result<String> {
         let tmp = repo.path().path().unwrap_or_default().join("tmp");
         let before = import::staging_dirs(&tmp);
-        let imported = self.import_in_transaction(repo);
+        let imported = self.import_in_transaction(repo, spooling);
         if imported.is_err() {
             import::remove_new_staging_dirs(&tmp, &before);
         }
         imported
     }
 
-    fn import_in_transaction(&self, repo: &ostree::Repo) -> Result<String> {
-        let remote = self.source.as_ref().is_some_and(Source::is_remote);
-        let spools = Spools::new(repo, &self.os, self.partial_downloads && remote);
+    fn import_in_transaction(&self, repo: &ostree::Repo, spooling: bool) -> Result<String> {
+        let spools = Spools::new(repo, &self.os, spooling);
         let imported = self.import_layers(repo, &spools);
         // A killed run keeps its downloads for the next one; a run that ends keeps nothing.
         spools.remove_all();

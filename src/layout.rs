@@ -18,7 +18,7 @@ use oci_spec::image::ImageIndex;
 
 use crate::image::to_oci;
 use crate::reference::{parse_digest, ImageRef, Transport};
-use crate::registry::manifest::{host_platform, parse_manifest, pick_platform, Parsed};
+use crate::registry::manifest::{host_platform, resolve_child, resolve_top, Resolution};
 use crate::registry::{sha256_digest, ResolvedManifest, MAX_JSON_BYTES};
 
 /// The annotation that gives an index entry its tag (`oci:DIR:TAG`).
@@ -81,31 +81,14 @@ impl Layout {
         let entry = pick_entry(&index, image)?;
         let digest = entry.digest().to_string();
         let bytes = self.read_json_blob(&to_oci(entry))?;
-        match parse_manifest(&bytes).with_context(|| format!("reading manifest {digest}"))? {
-            Parsed::Manifest(manifest) => Ok(ResolvedManifest {
-                manifest_digest: digest.clone(),
-                digest,
-                manifest: *manifest,
-            }),
-            Parsed::Index(inner) => {
-                let child = pick_platform(&inner)
-                    .with_context(|| format!("choosing a platform from the index {digest}"))?;
-                let entry = inner
-                    .manifests()
-                    .iter()
-                    .find(|m| m.digest().to_string() == child)
-                    .context("the chosen platform vanished from the index")?;
-                let bytes = self.read_json_blob(&to_oci(entry)).with_context(|| {
+        match resolve_top(&bytes, digest.clone(), &digest)? {
+            Resolution::Done(resolved) => Ok(*resolved),
+            Resolution::Child { digest, entry } => {
+                let child = entry.digest().to_string();
+                let bytes = self.read_json_blob(&to_oci(&entry)).with_context(|| {
                     format!("reading the {} manifest {child}", host_platform().1)
                 })?;
-                match parse_manifest(&bytes).with_context(|| format!("reading manifest {child}"))? {
-                    Parsed::Manifest(manifest) => Ok(ResolvedManifest {
-                        digest,
-                        manifest_digest: child,
-                        manifest: *manifest,
-                    }),
-                    Parsed::Index(_) => bail!("index {digest} points at another index ({child})"),
-                }
+                resolve_child(&bytes, digest.clone(), child, &digest)
             }
         }
     }

@@ -2,8 +2,11 @@
 //! refused early with numbers instead of failing halfway with ENOSPC:
 //!
 //! - **The repo**, before any layer is downloaded (skipped when the commit is already there):
-//!   the layers' bytes not yet in pivot's download spools (kept until the import commits), plus
-//!   the objects they become, estimated as [`EXPANSION`] × the layers' size. An oscontainer's
+//!   the objects the layers become, estimated as [`EXPANSION`] × the layers' size, plus the
+//!   layers' bytes not yet in pivot's download spools (kept until the import commits, for a
+//!   killed run to resume). When the objects fit but the spools do not, the pivot goes on without
+//!   spools (a killed run then downloads again) rather than being refused: resuming is worth
+//!   disk only where there is disk to spare. An oscontainer's
 //!   layers hold an archive repo whose file objects are zlib-compressed (the layer compression
 //!   gains little on top), while the node's bare repo stores files as they are: OS content
 //!   typically inflates 2–3× through zlib, so 3× is generous without refusing what fits. Objects
@@ -59,36 +62,66 @@ pub struct Layer {
     pub spooled: u64,
 }
 
-/// What importing `layers` needs in the repo's filesystem, at `factor` bytes of objects per
-/// byte of layer.
-pub fn repo_needs(layers: &[Layer], factor: f64) -> u64 {
-    let total: u64 = layers.iter().map(|l| l.size).sum();
-    let to_download: u64 = layers
-        .iter()
-        .map(|l| l.size.saturating_sub(l.spooled))
-        .sum();
-    to_download.saturating_add((total as f64 * factor).ceil() as u64)
+/// What an import needs in the repo's filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    /// The objects the layers become.
+    pub objects: u64,
+    /// The layers' bytes the download spools do not hold yet.
+    pub spools: u64,
 }
 
-/// Refuses an import that cannot fit in the repo's filesystem.
-pub fn check_repo(repo: &ostree::Repo, repo_path: &Path, layers: &[Layer]) -> Result<()> {
-    let needed = repo_needs(layers, expansion());
+/// What importing `layers` needs, at `factor` bytes of objects per byte of layer.
+pub fn repo_needs(layers: &[Layer], factor: f64) -> Needs {
+    let total: u64 = layers.iter().map(|l| l.size).sum();
+    Needs {
+        objects: (total as f64 * factor).ceil() as u64,
+        spools: layers
+            .iter()
+            .map(|l| l.size.saturating_sub(l.spooled))
+            .sum(),
+    }
+}
+
+/// Refuses an import that cannot fit in the repo's filesystem. With `spooling` (downloads kept
+/// for resume), true when the spools fit beside the objects, false when only the objects do.
+pub fn check_repo(
+    repo: &ostree::Repo,
+    repo_path: &Path,
+    layers: &[Layer],
+    spooling: bool,
+) -> Result<bool> {
+    let mut needs = repo_needs(layers, expansion());
+    if !spooling {
+        needs.spools = 0;
+    }
     let reserve = repo.min_free_space_bytes().unwrap_or(0);
     let free = free_bytes(repo_path)?.saturating_sub(reserve);
-    tracing::debug!(needed, free, reserve, "space for the import");
-    if needed > free {
-        let beyond = match reserve {
-            0 => String::new(),
-            r => format!(" beyond the repo's min-free-space reserve of {}", human(r)),
-        };
-        bail!(
-            "not enough space in {}: the image needs about {}, {} free{beyond}",
-            repo_path.display(),
-            human(needed),
-            human(free)
-        );
+    tracing::debug!(?needs, free, reserve, "space for the import");
+    if needs.objects.saturating_add(needs.spools) <= free {
+        return Ok(spooling);
     }
-    Ok(())
+    if needs.objects <= free {
+        tracing::warn!(
+            "{} free in {}: room for the image's objects (about {}), not for keeping its {} of \
+             downloads as well; going on without partial downloads (a killed pivot downloads again)",
+            human(free),
+            repo_path.display(),
+            human(needs.objects),
+            human(needs.spools)
+        );
+        return Ok(false);
+    }
+    let beyond = match reserve {
+        0 => String::new(),
+        r => format!(" beyond the repo's min-free-space reserve of {}", human(r)),
+    };
+    bail!(
+        "not enough space in {}: the image needs about {}, {} free{beyond}",
+        repo_path.display(),
+        human(needs.objects),
+        human(free)
+    );
 }
 
 /// Refuses a deployment whose kernel cannot be installed into `<sysroot>/boot`.
@@ -297,7 +330,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_estimate_counts_downloads_and_expanded_objects() {
+    fn the_estimate_counts_expanded_objects_and_downloads_apart() {
         let layers = [
             Layer {
                 size: 100,
@@ -308,9 +341,22 @@ mod tests {
                 spooled: 100,
             },
         ];
-        // 300 bytes still to download, 400 × 3 of objects.
-        assert_eq!(repo_needs(&layers, 3.0), 300 + 1200);
-        assert_eq!(repo_needs(&layers, 0.0), 300);
+        // 400 × 3 of objects, 300 bytes still to download.
+        let needs = |factor| repo_needs(&layers, factor);
+        assert_eq!(
+            needs(3.0),
+            Needs {
+                objects: 1200,
+                spools: 300
+            }
+        );
+        assert_eq!(
+            needs(0.0),
+            Needs {
+                objects: 0,
+                spools: 300
+            }
+        );
     }
 
     #[test]

@@ -88,25 +88,62 @@ fn figure_after(text: &str, prefix: &str) -> u64 {
     (value * scale) as u64
 }
 
-#[test]
-fn an_image_the_repo_has_no_room_for_is_refused_before_any_download() {
+/// A sysroot on a 64 MiB tmpfs with v2-large pushed.
+struct Tight {
+    env: Env,
+    image: PushedImage,
+    /// The image's layers' size.
+    layers: u64,
+    /// The repo's min-free-space reserve.
+    reserve: u64,
+    tmpfs: Tmpfs,
+}
+
+fn tight() -> Tight {
     let tmpfs = Tmpfs::mount(64 * MIB).unwrap();
     let env = Env::new_in(tmpfs.path());
     let image = push_large_v2(&env);
     let layers = layers_size(&env, &image);
+    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
+    repo.open(ostree::gio::Cancellable::NONE).unwrap();
+    let reserve = repo.min_free_space_bytes().unwrap();
+    Tight {
+        env,
+        image,
+        layers,
+        reserve,
+        tmpfs,
+    }
+}
+
+/// pivot's pre-flight estimate for `layers` bytes of layers, none of them spooled yet.
+fn estimate(layers: u64) -> pivot::space::Needs {
+    pivot::space::repo_needs(
+        &[pivot::space::Layer {
+            size: layers,
+            spooled: 0,
+        }],
+        pivot::space::EXPANSION,
+    )
+}
+
+#[test]
+fn an_image_the_repo_has_no_room_for_is_refused_before_any_download() {
+    // tmpfs first: bindings drop in reverse order, the sysroot before its filesystem.
+    let Tight {
+        tmpfs,
+        env,
+        image,
+        layers,
+        ..
+    } = tight();
     // Room for the layers twice: not for the objects they become.
     fill(tmpfs.path(), 2 * layers);
     let before = env.sysroot.snapshot().unwrap();
 
     let out = env.pivot(&[&image.by_tag]);
     let repo = env.sysroot.repo_path();
-    let needs = pivot::space::repo_needs(
-        &[pivot::space::Layer {
-            size: layers,
-            spooled: 0,
-        }],
-        pivot::space::EXPANSION,
-    );
+    let needs = estimate(layers).objects;
     assert_fails_with(
         &out,
         &[
@@ -134,14 +171,41 @@ fn an_image_the_repo_has_no_room_for_is_refused_before_any_download() {
 }
 
 #[test]
+fn an_image_with_room_for_its_objects_but_not_its_partial_downloads_is_pivoted_without_them() {
+    let Tight {
+        tmpfs,
+        env,
+        image,
+        layers,
+        reserve,
+    } = tight();
+    let needs = estimate(layers);
+    // Room for the objects and half the download: not for both.
+    fill(tmpfs.path(), needs.objects + needs.spools / 2 + reserve);
+
+    let out = env.pivot(&[&image.by_tag]);
+    assert_success(&out);
+    let err = stderr(&out);
+    assert!(
+        err.contains("going on without partial downloads"),
+        "no word of dropping the partial downloads:\n{err}"
+    );
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        image.commit.as_str()
+    );
+    assert_fsck_clean(&env);
+}
+
+#[test]
 fn running_out_of_space_mid_import_leaves_the_sysroot_as_it_was_and_frees_what_it_wrote() {
-    let tmpfs = Tmpfs::mount(64 * MIB).unwrap();
-    let env = Env::new_in(tmpfs.path());
-    let image = push_large_v2(&env);
-    let layers = layers_size(&env, &image);
-    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
-    repo.open(ostree::gio::Cancellable::NONE).unwrap();
-    let reserve = repo.min_free_space_bytes().unwrap();
+    let Tight {
+        tmpfs,
+        env,
+        image,
+        layers,
+        reserve,
+    } = tight();
     // Room for the download, not for the objects: past the pre-flight check (told to count
     // the download only), into a real ENOSPC.
     fill(tmpfs.path(), layers + reserve + 2 * MIB);

@@ -8,11 +8,11 @@ use futures_util::StreamExt;
 use oci_client::errors::{OciDistributionError, OciEnvelope};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Reference, RegistryOperation};
-use oci_spec::image::{ImageIndex, ImageManifest};
+use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
 use reqwest::header::{ACCEPT, WWW_AUTHENTICATE};
 use reqwest::StatusCode;
 
-use super::{Registry, MAX_JSON_BYTES};
+use super::{Registry, ResolvedManifest, MAX_JSON_BYTES};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -132,12 +132,12 @@ fn registry_error(status: StatusCode, body: &[u8], url: &str) -> OciDistribution
     }
 }
 
-pub(crate) enum Parsed {
+enum Parsed {
     Manifest(Box<ImageManifest>),
     Index(Box<ImageIndex>),
 }
 
-pub(crate) fn parse_manifest(bytes: &[u8]) -> Result<Parsed> {
+fn parse_manifest(bytes: &[u8]) -> Result<Parsed> {
     let value: serde_json::Value = crate::image::parse_json(bytes, "manifest")?;
     let media_type = value
         .get("mediaType")
@@ -177,7 +177,7 @@ pub(crate) fn host_platform() -> (&'static str, &'static str) {
     ("linux", arch)
 }
 
-pub(crate) fn pick_platform(index: &ImageIndex) -> Result<String> {
+fn pick_platform(index: &ImageIndex) -> Result<String> {
     let (os, arch) = host_platform();
     let mut seen = Vec::new();
     for entry in index.manifests() {
@@ -198,6 +198,59 @@ pub(crate) fn pick_platform(index: &ImageIndex) -> Result<String> {
         "no manifest for {os}/{arch}; the index has: {}",
         seen.join(", ")
     )
+}
+
+/// Where resolving an image stands after its top-level manifest: done, or an index whose entry
+/// for this host's platform is to be fetched next (from a registry or a layout alike).
+pub(crate) enum Resolution {
+    Done(Box<ResolvedManifest>),
+    Child {
+        /// The index's digest: the image's.
+        digest: String,
+        /// The index's entry for this host.
+        entry: Box<Descriptor>,
+    },
+}
+
+/// The top-level manifest `bytes` (hashing to `digest`; `what` names the image in errors).
+pub(crate) fn resolve_top(bytes: &[u8], digest: String, what: &str) -> Result<Resolution> {
+    match parse_manifest(bytes).with_context(|| format!("reading manifest of {what}"))? {
+        Parsed::Manifest(manifest) => Ok(Resolution::Done(Box::new(ResolvedManifest {
+            manifest_digest: digest.clone(),
+            digest,
+            manifest: *manifest,
+        }))),
+        Parsed::Index(index) => {
+            let child = pick_platform(&index)
+                .with_context(|| format!("choosing a platform from the index {what}"))?;
+            let entry = index
+                .manifests()
+                .iter()
+                .find(|m| m.digest().to_string() == child)
+                .context("the chosen platform vanished from the index")?;
+            Ok(Resolution::Child {
+                digest,
+                entry: Box::new(entry.clone()),
+            })
+        }
+    }
+}
+
+/// The platform manifest `bytes` (hashing to `child`) an index of `what` (`digest`) led to.
+pub(crate) fn resolve_child(
+    bytes: &[u8],
+    digest: String,
+    child: String,
+    what: &str,
+) -> Result<ResolvedManifest> {
+    match parse_manifest(bytes).with_context(|| format!("reading manifest {child}"))? {
+        Parsed::Manifest(manifest) => Ok(ResolvedManifest {
+            digest,
+            manifest_digest: child,
+            manifest: *manifest,
+        }),
+        Parsed::Index(_) => bail!("index {what} points at another index ({child})"),
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use crate::retry::{self, RetryPolicy};
 
 pub(crate) mod manifest;
 
-use manifest::{host_platform, parse_manifest, pick_platform, Parsed};
+use manifest::{host_platform, resolve_child, resolve_top, Resolution};
 
 /// Manifests and configs are small JSON documents; anything bigger is not an oscontainer.
 pub const MAX_JSON_BYTES: usize = 4 << 20;
@@ -226,27 +226,15 @@ impl Registry {
             .fetch_manifest(self.image.digest.as_deref())
             .await
             .with_context(|| format!("fetching manifest of {what}"))?;
-        match parse_manifest(&bytes).with_context(|| format!("reading manifest of {what}"))? {
-            Parsed::Manifest(manifest) => Ok(ResolvedManifest {
-                manifest_digest: digest.clone(),
-                digest,
-                manifest: *manifest,
-            }),
-            Parsed::Index(index) => {
-                let child = pick_platform(&index)
-                    .with_context(|| format!("choosing a platform from the index {what}"))?;
+        match resolve_top(&bytes, digest, &what)? {
+            Resolution::Done(resolved) => Ok(*resolved),
+            Resolution::Child { digest, entry } => {
+                let child = entry.digest().to_string();
                 let (bytes, child_digest) =
                     self.fetch_manifest(Some(&child)).await.with_context(|| {
                         format!("fetching the {} manifest {child}", host_platform().1)
                     })?;
-                match parse_manifest(&bytes).with_context(|| format!("reading manifest {child}"))? {
-                    Parsed::Manifest(manifest) => Ok(ResolvedManifest {
-                        digest,
-                        manifest_digest: child_digest,
-                        manifest: *manifest,
-                    }),
-                    Parsed::Index(_) => bail!("index {what} points at another index ({child})"),
-                }
+                resolve_child(&bytes, digest, child_digest, &what)
             }
         }
     }
