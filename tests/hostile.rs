@@ -245,6 +245,31 @@ fn metadata_object_whose_content_does_not_match_its_name_is_refused() {
 }
 
 #[test]
+fn an_image_whose_repository_lacks_an_object_of_its_commit_is_refused_naming_it() {
+    let env = Env::new();
+    let repo = v2_repo();
+    let node = object_files(&env);
+    let without = |ext: &str, node_ext: &str| {
+        let missing = repo
+            .objects(ext)
+            .into_iter()
+            .find(|c| !node.contains(&format!("{}/{}.{node_ext}", &c[..2], &c[2..])))
+            .unwrap_or_else(|| panic!("a {ext} object the node does not have"));
+        let member = RepoTar::object_member(&missing, ext);
+        let mut tar = repo.tar.clone();
+        tar.entries.retain(|e| e.name != member.as_bytes());
+        (missing, tar)
+    };
+    let incomplete = format!("commit {} is incomplete: ", repo.commit);
+    for (ext, node_ext, kind) in [("filez", "file", "file"), ("dirtree", "dirtree", "dirtree")] {
+        let (missing, tar) = without(ext, node_ext);
+        let image = push_layers(&env, &format!("without-{kind}"), &[&tar], &repo.commit);
+        let expected = format!("{incomplete}{kind} object {missing} is missing");
+        assert_refused(&env, &[&image.by_tag], &[&expected]);
+    }
+}
+
+#[test]
 fn repo_text_with_a_nul_byte_is_refused() {
     let env = Env::new();
     let repo = v2_repo();
