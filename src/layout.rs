@@ -19,7 +19,7 @@ use oci_spec::image::ImageIndex;
 use crate::image::to_oci;
 use crate::reference::{parse_digest, ImageRef, Transport};
 use crate::registry::manifest::{host_platform, resolve_child, resolve_top, Resolution};
-use crate::registry::{sha256_digest, ResolvedManifest, MAX_JSON_BYTES};
+use crate::registry::{ensure_json_size, sha256_digest, ResolvedManifest, MAX_JSON_BYTES};
 
 /// The annotation that gives an index entry its tag (`oci:DIR:TAG`).
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
@@ -95,12 +95,7 @@ impl Layout {
 
     /// A small blob (manifest, config), checked against its descriptor's size and digest.
     pub fn read_json_blob(&self, desc: &OciDescriptor) -> Result<Vec<u8>> {
-        ensure!(
-            (0..=MAX_JSON_BYTES as i64).contains(&desc.size),
-            "blob {} claims {} bytes; at most {MAX_JSON_BYTES} are accepted (too large)",
-            desc.digest,
-            desc.size
-        );
+        ensure_json_size(desc, "blob")?;
         let mut bytes = Vec::new();
         self.open_blob(desc)?
             .read_to_end(&mut bytes)

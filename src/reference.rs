@@ -34,6 +34,9 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// The layout transports, each spelled as its prefix.
+    const LAYOUTS: [Transport; 2] = [Transport::OciDir, Transport::OciArchive];
+
     /// The `transport:` prefix of a layout's pullspec.
     fn prefix(self) -> &'static str {
         match self {
@@ -62,21 +65,21 @@ impl ImageRef {
     pub fn parse(input: &str) -> Result<ImageRef> {
         let spec = input.trim();
         ensure!(!spec.is_empty(), "empty image reference");
-        for transport in [Transport::OciDir, Transport::OciArchive] {
+        for transport in Transport::LAYOUTS {
             if let Some(rest) = spec.strip_prefix(transport.prefix()) {
                 return parse_layout(spec, rest, transport);
             }
         }
         let rest = spec.strip_prefix("docker://").unwrap_or(spec);
-        if let Some((transport, _)) = rest.split_once("://") {
-            bail!("unsupported transport {transport:?} in {spec:?}: pivot reads registries (docker://), oci: and oci-archive:");
-        }
-        if let Some((transport, _)) = rest.split_once(':') {
-            if OTHER_TRANSPORTS.contains(&transport) {
-                bail!(
-                    "unsupported transport {transport:?} in {spec:?}: pivot reads registries (docker://), oci: and oci-archive:"
-                );
+        let other = match (rest.split_once("://"), rest.split_once(':')) {
+            (Some((transport, _)), _) => Some(transport),
+            (None, Some((transport, _))) if OTHER_TRANSPORTS.contains(&transport) => {
+                Some(transport)
             }
+            _ => None,
+        };
+        if let Some(transport) = other {
+            bail!("unsupported transport {transport:?} in {spec:?}: pivot reads registries (docker://), oci: and oci-archive:");
         }
         ensure!(
             !rest.chars().any(char::is_whitespace),
@@ -118,7 +121,7 @@ impl ImageRef {
             // A registry host named like a transport (`oci:5000`) keeps its `docker://`, so
             // that the name reads back as the same image.
             Transport::Registry
-                if [Transport::OciDir, Transport::OciArchive]
+                if Transport::LAYOUTS
                     .iter()
                     .any(|t| self.registry.starts_with(t.prefix())) =>
             {

@@ -261,12 +261,7 @@ impl Registry {
     /// Fetches a small JSON blob (the image config), verified against its descriptor. Never more
     /// than the descriptor's size is read: a registry that announces or sends more is refused.
     pub async fn fetch_json_blob(&self, desc: &OciDescriptor) -> Result<Vec<u8>> {
-        ensure!(
-            (0..=MAX_JSON_BYTES as i64).contains(&desc.size),
-            "config blob {} claims {} bytes; at most {MAX_JSON_BYTES} are accepted (too large)",
-            desc.digest,
-            desc.size
-        );
+        ensure_json_size(desc, "config blob")?;
         let reference = self.reference(None);
         let desc = safe_descriptor(desc);
         let size = desc.size as u64;
@@ -477,6 +472,18 @@ fn safe_descriptor(desc: &OciDescriptor) -> OciDescriptor {
         size: desc.size,
         ..Default::default()
     }
+}
+
+/// Refuses, before reading it, a JSON blob (`what`: a config, a manifest) whose descriptor
+/// claims more than [`MAX_JSON_BYTES`].
+pub(crate) fn ensure_json_size(desc: &OciDescriptor, what: &str) -> Result<()> {
+    ensure!(
+        (0..=MAX_JSON_BYTES as i64).contains(&desc.size),
+        "{what} {} claims {} bytes; at most {MAX_JSON_BYTES} are accepted (too large)",
+        desc.digest,
+        desc.size
+    );
+    Ok(())
 }
 
 pub fn sha256_digest(bytes: &[u8]) -> String {
