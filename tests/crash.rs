@@ -140,10 +140,15 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
             None => Trigger::LastLayer(0.5 + rng.below(400) as f64 / 1000.0),
         };
         assert!(
-            i < KILLS + 8,
+            i < KILLS + 12,
             "too many runs ended before their kill point; replay with PIVOT_CRASH_SEED={seed}"
         );
         i += 1;
+        // A kill after the import leaves the commit in the repo, and the next run then has
+        // nothing to download: a kill point on the download's timeline would never come.
+        if trigger.needs_the_import() {
+            forget_undeployed_target(&env, &image);
+        }
         let run = PivotRun::start(&env, &pullspec).until(trigger);
         let phase = run.phase();
         eprintln!(
@@ -282,6 +287,32 @@ fn undeploy_target(env: &Env, image: &PushedImage) {
     );
 }
 
+/// Prunes the target's commit when a killed run imported it but did not deploy it, so the next
+/// run imports it again.
+fn forget_undeployed_target(env: &Env, image: &PushedImage) {
+    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
+    repo.open(ostree::gio::Cancellable::NONE).unwrap();
+    let has_commit = || {
+        repo.has_object(
+            ostree::ObjectType::Commit,
+            &image.commit,
+            ostree::gio::Cancellable::NONE,
+        )
+        .unwrap()
+    };
+    if !has_commit() || deployed(env).contains(&image.commit) {
+        return;
+    }
+    let out = std::process::Command::new("ostree")
+        .args(["prune", "--refs-only", "--repo"])
+        .arg(env.sysroot.repo_path())
+        .envs(pivot_testkit::pivot_test_env())
+        .output()
+        .expect("running ostree prune");
+    assert!(out.status.success(), "ostree prune: {out:?}");
+    assert!(!has_commit(), "pruning left the undeployed target's commit");
+}
+
 /// What must hold after any kill: the node boots (every boot entry's kernel, initramfs and
 /// deployment exist, and one of them is v1 or the target), the repo is consistent, the
 /// sysroot lock is free, pivot's state is readable.
@@ -364,6 +395,16 @@ enum Trigger {
     /// Hold pivot in its write of the `done` event (it blocks on a full progress pipe), which
     /// comes after the deployment is written and before the state file is: SIGKILL there.
     BeforeStateSave,
+}
+
+impl Trigger {
+    /// Whether the kill point lies on the download's and the import's timeline.
+    fn needs_the_import(&self) -> bool {
+        matches!(
+            self,
+            Trigger::After(_) | Trigger::Bytes(..) | Trigger::LastLayer(_)
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
