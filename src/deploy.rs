@@ -150,15 +150,17 @@ pub fn deploy(
             )
             .context("deploying the tree")?;
         // Keeps the booted and merge deployments, so the previous one stays as rollback.
+        // libostree's cleanup would prune with every object name in memory: pivot prunes.
         sysroot
             .simple_write_deployment(
                 Some(stateroot),
                 &new,
                 merge.as_ref(),
-                ostree::SysrootSimpleWriteDeploymentFlags::NONE,
+                ostree::SysrootSimpleWriteDeploymentFlags::NO_CLEAN,
                 cancellable,
             )
             .context("writing the boot entries")?;
+        clean_up(sysroot);
         new
     };
     Ok(Deployed {
@@ -166,4 +168,26 @@ pub fn deploy(
         serial: new.deployserial(),
         staged: booted,
     })
+}
+
+/// After the boot entries are written, what libostree's cleanup does: removes the deployments
+/// and boot files no entry uses, then prunes the repo ([`crate::prune`]). The deployment is in
+/// place by then, so a failure here is a warning, not a failed pivot.
+fn clean_up(sysroot: &ostree::Sysroot) {
+    let cleaned = sysroot
+        .prepare_cleanup(gio::Cancellable::NONE)
+        .context("removing unused deployments")
+        .and_then(|()| {
+            let repo = sysroot.repo();
+            crate::prune::prune(sysroot, &repo).context("pruning the repo")
+        });
+    match cleaned {
+        Ok(pruned) if pruned.objects > 0 => tracing::info!(
+            "pruned {} objects ({:.1} MiB) that nothing uses any more",
+            pruned.objects,
+            pruned.bytes as f64 / (1 << 20) as f64
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("the deployment is written; cleaning up after it: {e:#}"),
+    }
 }

@@ -92,13 +92,13 @@ impl OsImage {
             }
         };
         let native = label(NATIVE_COMMIT_LABEL)?;
-        let bootable = BOOTABLE_LABELS
-            .iter()
-            .map(|name| Ok(label(name)?.map(|_| *name)))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .flatten()
-            .next();
+        // Every bootable label is checked (a malformed one is refused even after a good one).
+        let mut bootable = None;
+        for name in BOOTABLE_LABELS {
+            if label(name)?.is_some() {
+                bootable = bootable.or(Some(name));
+            }
+        }
         // Labelled bootable but without its commit: a bootc image of a kind pivot cannot read
         // (its layers are a plain filesystem); say so now rather than after the download.
         if let (None, Some(name)) = (&native, bootable) {

@@ -8,6 +8,7 @@
 
 pub mod blob_reader;
 pub mod cli;
+pub mod commit_walk;
 pub mod config;
 pub mod confirm;
 pub mod deploy;
@@ -21,6 +22,7 @@ pub mod layout;
 pub mod logging;
 pub mod pivot;
 pub mod progress;
+pub mod prune;
 pub mod reboot;
 pub mod reference;
 pub mod registry;

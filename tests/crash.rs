@@ -173,7 +173,7 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
         if trigger == Trigger::BeforeStateSave {
             assert_eq!(run.ended, Ended::Killed, "{context}");
             assert_eq!(
-                deployed(&env)[0],
+                env.deployed()[0],
                 image.commit,
                 "the deployment was made before the kill: {context}"
             );
@@ -193,7 +193,7 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
         if matches!(trigger, Trigger::LastLayer(_)) && late {
             break run;
         }
-        if deployed(&env)[0] == image.commit {
+        if env.deployed()[0] == image.commit {
             undeploy_target(&env, &image);
         }
     };
@@ -231,7 +231,7 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
         stderr(&out)
     );
     assert_eq!(
-        deployed(&env),
+        env.deployed(),
         [image.commit.clone(), env.sysroot.commit_v1().to_string()]
     );
     assert_node_sound(&env, &image, "after the converging run");
@@ -257,22 +257,12 @@ fn push_big_v2(env: &Env) -> PushedImage {
     env.push("v2-big", &spec)
 }
 
-/// Checksums of the deployments, in boot order.
-fn deployed(env: &Env) -> Vec<String> {
-    env.status_json()["deployments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["checksum"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// Takes the sysroot back to v1 alone: undeploys the target and prunes its commit, so the next
 /// run imports it again.
 fn undeploy_target(env: &Env, image: &PushedImage) {
-    assert_eq!(deployed(env)[0], image.commit);
+    assert_eq!(env.deployed()[0], image.commit);
     env.undeploy(0);
-    assert_eq!(deployed(env), [env.sysroot.commit_v1().to_string()]);
+    assert_eq!(env.deployed(), [env.sysroot.commit_v1().to_string()]);
     let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
     repo.open(ostree::gio::Cancellable::NONE).unwrap();
     assert!(
@@ -300,7 +290,7 @@ fn forget_undeployed_target(env: &Env, image: &PushedImage) {
         )
         .unwrap()
     };
-    if !has_commit() || deployed(env).contains(&image.commit) {
+    if !has_commit() || env.deployed().contains(&image.commit) {
         return;
     }
     let out = std::process::Command::new("ostree")

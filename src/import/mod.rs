@@ -230,57 +230,20 @@ impl RepoImporter {
 }
 
 /// Every object reachable from `commit` must be present before the commit may be deployed.
-///
-/// Walked tree by tree, holding only the directories still to visit and the dirtrees seen:
-/// libostree's `traverse_commit` gathers the names of all the commit's objects at once, which
-/// made peak RSS grow with the image (tens of MiB at 1 GB). Each dirtree and the commit are
-/// structure-checked before their checksums are read.
 pub fn verify_complete(repo: &ostree::Repo, commit: &str) -> Result<()> {
-    let incomplete = |what: &str| anyhow!("commit {commit} is incomplete: {what}");
-    let commit_v = repo
-        .load_variant_if_exists(ObjectType::Commit, commit)
-        .with_context(|| format!("reading commit {commit}"))?
-        .with_context(|| format!("commit {commit} is not in the repo"))?;
-    ostree::validate_structureof_commit(&commit_v)
-        .with_context(|| format!("commit {commit} is malformed"))?;
-    // (a{sv} aya(say) s s t ay ay): the root dirtree and dirmeta are the last two.
-    let mut pending = vec![(
-        ostree::checksum_from_bytes_v(&commit_v.child_value(6)),
-        ostree::checksum_from_bytes_v(&commit_v.child_value(7)),
-    )];
     let mut seen = std::collections::HashSet::new();
-    while let Some((tree, meta)) = pending.pop() {
-        if !repo.has_object(ObjectType::DirMeta, &meta, gio::Cancellable::NONE)? {
-            return Err(incomplete(&format!("dirmeta object {meta} is missing")));
+    crate::commit_walk::walk_commit(repo, commit, |kind, checksum| {
+        let name = match kind {
+            ObjectType::DirTree => return Ok(seen.insert(checksum.to_string())),
+            ObjectType::DirMeta => "dirmeta",
+            ObjectType::File => "file",
+            _ => return Ok(true),
+        };
+        if !repo.has_object(kind, checksum, gio::Cancellable::NONE)? {
+            bail!("commit {commit} is incomplete: {name} object {checksum} is missing");
         }
-        if !seen.insert(tree.clone()) {
-            continue;
-        }
-        let dirtree = repo
-            .load_variant_if_exists(ObjectType::DirTree, &tree)
-            .with_context(|| format!("reading dirtree {tree}"))?
-            .ok_or_else(|| incomplete(&format!("dirtree object {tree} is missing")))?;
-        ostree::validate_structureof_dirtree(&dirtree)
-            .with_context(|| format!("dirtree {tree} is malformed"))?;
-        // (a(say) a(sayay)): files (name, content checksum), then directories (name, dirtree,
-        // dirmeta).
-        let files = dirtree.child_value(0);
-        for i in 0..files.n_children() {
-            let file = ostree::checksum_from_bytes_v(&files.child_value(i).child_value(1));
-            if !repo.has_object(ObjectType::File, &file, gio::Cancellable::NONE)? {
-                return Err(incomplete(&format!("file object {file} is missing")));
-            }
-        }
-        let dirs = dirtree.child_value(1);
-        for i in 0..dirs.n_children() {
-            let dir = dirs.child_value(i);
-            pending.push((
-                ostree::checksum_from_bytes_v(&dir.child_value(1)),
-                ostree::checksum_from_bytes_v(&dir.child_value(2)),
-            ));
-        }
-    }
-    Ok(())
+        Ok(true)
+    })
 }
 
 /// The `staging-*` directories libostree keeps under the repo's `tmp/`.

@@ -150,6 +150,16 @@ impl Env {
         assert!(out.status.success(), "ostree admin undeploy: {out:?}");
     }
 
+    /// Checksums of the deployments, in boot order.
+    pub fn deployed(&self) -> Vec<String> {
+        self.status_json()["deployments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["checksum"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// The deployment directory at `index` in boot order.
     pub fn deployment(&self, index: usize) -> PathBuf {
         self.sysroot.deployment_path(index).unwrap()
