@@ -13,12 +13,13 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ostree::gio::prelude::FileExt;
 use ostree::glib::translate::{IntoGlib, ToGlibPtr};
 use ostree::{gio, ObjectType};
 
 use crate::commit_walk::walk_commit;
+use crate::import::object_name;
 
 /// What a prune deleted.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -89,10 +90,10 @@ fn sweep(
         for entry in entries {
             let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
             let name = entry.file_name();
-            let Some((rest, kind)) = name.to_str().and_then(object_file) else {
+            let Some(name) = name.to_str() else { continue };
+            let Some((checksum, kind)) = object_file(prefix, name) else {
                 continue;
             };
-            let checksum = format!("{prefix:02x}{rest}");
             if (kind == ObjectType::Commit) != commits || reachable.contains(&key(kind, &checksum)?)
             {
                 continue;
@@ -102,7 +103,12 @@ fn sweep(
                 continue;
             };
             repo.delete_object(kind, &checksum, gio::Cancellable::NONE)
-                .with_context(|| format!("deleting {checksum}.{}", kind.extension()))?;
+                .with_context(|| {
+                    format!(
+                        "deleting {checksum}.{}",
+                        ostree::object_type_to_string(kind)
+                    )
+                })?;
             pruned.objects += 1;
             pruned.bytes += meta.len();
         }
@@ -114,25 +120,18 @@ fn sweep(
 type Key = (u8, [u8; 32]);
 
 fn key(kind: ObjectType, checksum: &str) -> Result<Key> {
-    let hex = checksum.as_bytes();
-    if hex.len() != 64 {
-        bail!("{checksum:?} is not a checksum");
-    }
     let mut bytes = [0u8; 32];
-    for (i, pair) in hex.chunks(2).enumerate() {
-        let text = std::str::from_utf8(pair).ok();
-        bytes[i] = text
-            .and_then(|t| u8::from_str_radix(t, 16).ok())
-            .with_context(|| format!("{checksum:?} is not a checksum"))?;
-    }
+    hex::decode_to_slice(checksum, &mut bytes)
+        .with_context(|| format!("{checksum:?} is not a checksum"))?;
     Ok((kind.into_glib() as u8, bytes))
 }
 
-/// `<62 hex>.<extension>` in an `objects/XX/` directory → the rest of the checksum and the type;
-/// None for anything else (other kinds of object, temporary files).
-fn object_file(name: &str) -> Option<(&str, ObjectType)> {
-    let (rest, extension) = name.split_once('.')?;
-    let kind = match extension {
+/// The object file `name` in `objects/<prefix>/` → its checksum and type; None for anything
+/// else (other kinds of object, temporary files).
+fn object_file(prefix: u8, name: &str) -> Option<(String, ObjectType)> {
+    let rel = format!("{prefix:02x}/{name}");
+    let (checksum, ext) = object_name(&rel)?;
+    let kind = match ext {
         "commit" => ObjectType::Commit,
         "commitmeta" => ObjectType::CommitMeta,
         "dirtree" => ObjectType::DirTree,
@@ -140,23 +139,7 @@ fn object_file(name: &str) -> Option<(&str, ObjectType)> {
         "file" | "filez" => ObjectType::File,
         _ => return None,
     };
-    (rest.len() == 62 && rest.bytes().all(|b| b.is_ascii_hexdigit())).then_some((rest, kind))
-}
-
-trait Extension {
-    fn extension(&self) -> &'static str;
-}
-
-impl Extension for ObjectType {
-    fn extension(&self) -> &'static str {
-        match self {
-            ObjectType::Commit => "commit",
-            ObjectType::CommitMeta => "commitmeta",
-            ObjectType::DirTree => "dirtree",
-            ObjectType::DirMeta => "dirmeta",
-            _ => "file",
-        }
-    }
+    Some((checksum, kind))
 }
 
 /// libostree's exclusive repo lock, released when dropped (on the thread that took it, as
@@ -211,18 +194,19 @@ mod tests {
     #[test]
     fn object_files_are_told_from_other_files() {
         let rest = "a".repeat(62);
+        let checksum = format!("0a{rest}");
         assert_eq!(
-            object_file(&format!("{rest}.dirtree")),
-            Some((rest.as_str(), ObjectType::DirTree))
+            object_file(0x0a, &format!("{rest}.dirtree")),
+            Some((checksum.clone(), ObjectType::DirTree))
         );
         assert_eq!(
-            object_file(&format!("{rest}.filez")),
-            Some((rest.as_str(), ObjectType::File))
+            object_file(0x0a, &format!("{rest}.filez")),
+            Some((checksum, ObjectType::File))
         );
-        assert_eq!(object_file(&format!("{rest}.payload-link")), None);
-        assert_eq!(object_file(&format!("{rest}.commit-tombstone")), None);
-        assert_eq!(object_file("tmpobject.file"), None);
-        assert_eq!(object_file(&format!("{}.file", "g".repeat(62))), None);
+        assert_eq!(object_file(0x0a, &format!("{rest}.payload-link")), None);
+        assert_eq!(object_file(0x0a, &format!("{rest}.commit-tombstone")), None);
+        assert_eq!(object_file(0x0a, "tmpobject.file"), None);
+        assert_eq!(object_file(0x0a, &format!("{}.file", "g".repeat(62))), None);
     }
 
     #[test]

@@ -263,16 +263,8 @@ fn undeploy_target(env: &Env, image: &PushedImage) {
     assert_eq!(env.deployed()[0], image.commit);
     env.undeploy(0);
     assert_eq!(env.deployed(), [env.sysroot.commit_v1().to_string()]);
-    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
-    repo.open(ostree::gio::Cancellable::NONE).unwrap();
     assert!(
-        !repo
-            .has_object(
-                ostree::ObjectType::Commit,
-                &image.commit,
-                ostree::gio::Cancellable::NONE
-            )
-            .unwrap(),
+        !env.has_commit(&image.commit),
         "undeploying pruned the target's commit"
     );
 }
@@ -280,17 +272,7 @@ fn undeploy_target(env: &Env, image: &PushedImage) {
 /// Prunes the target's commit when a killed run imported it but did not deploy it, so the next
 /// run imports it again.
 fn forget_undeployed_target(env: &Env, image: &PushedImage) {
-    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
-    repo.open(ostree::gio::Cancellable::NONE).unwrap();
-    let has_commit = || {
-        repo.has_object(
-            ostree::ObjectType::Commit,
-            &image.commit,
-            ostree::gio::Cancellable::NONE,
-        )
-        .unwrap()
-    };
-    if !has_commit() || env.deployed().contains(&image.commit) {
+    if !env.has_commit(&image.commit) || env.deployed().contains(&image.commit) {
         return;
     }
     let out = std::process::Command::new("ostree")
@@ -300,7 +282,10 @@ fn forget_undeployed_target(env: &Env, image: &PushedImage) {
         .output()
         .expect("running ostree prune");
     assert!(out.status.success(), "ostree prune: {out:?}");
-    assert!(!has_commit(), "pruning left the undeployed target's commit");
+    assert!(
+        !env.has_commit(&image.commit),
+        "pruning left the undeployed target's commit"
+    );
 }
 
 /// What must hold after any kill: the node boots (every boot entry's kernel, initramfs and

@@ -27,10 +27,7 @@ fn a_pivot_that_rolls_off_a_deployment_deletes_what_only_it_used() {
     // v3 and its rollback v2; v1 rolled off, its deployment and its own objects with it.
     assert_eq!(env.deployed(), [v3.commit.clone(), v2.commit.clone()]);
     assert!(!v1_dir.exists(), "{} is still there", v1_dir.display());
-    assert!(
-        !has_object(&env, &v1, "commit"),
-        "v1's commit is still there"
-    );
+    assert!(!env.has_commit(&v1), "v1's commit is still there");
     assert!(
         !has_object(&env, &v1_os_release, "file"),
         "v1's os-release is still there"
@@ -48,14 +45,8 @@ fn a_commit_nothing_refers_to_is_pruned_and_a_commit_under_a_ref_is_kept() {
     let v2 = env.push_v2();
 
     assert_success(&env.pivot(&[&v2.by_tag]));
-    assert!(
-        !has_object(&env, &orphan, "commit"),
-        "the orphan is still there"
-    );
-    assert!(
-        has_object(&env, &kept, "commit"),
-        "the ref's commit was deleted"
-    );
+    assert!(!env.has_commit(&orphan), "the orphan is still there");
+    assert!(env.has_commit(&kept), "the ref's commit was deleted");
     assert_eq!(
         read_file(&env, &kept, "/kept"),
         "kept by a ref\n",
@@ -83,7 +74,7 @@ fn when_a_reachable_tree_cannot_be_read_nothing_is_pruned() {
         "{}",
         stderr(&out)
     );
-    assert!(has_object(&env, &orphan, "commit"), "pruned regardless");
+    assert!(env.has_commit(&orphan), "pruned regardless");
     let after = object_files(&env);
     let gone: Vec<_> = before.difference(&after).collect();
     assert!(

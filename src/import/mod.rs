@@ -26,7 +26,8 @@ use ostree::ObjectType;
 
 use crate::image::{is_checksum, Compression, Format, OsImage};
 use member::{Member, MemberCheck};
-use objects::{object_name, write_object, Outcome};
+pub(crate) use objects::object_name;
+use objects::{write_object, Outcome};
 use stream::{decompress, ChunkReader, DECOMPRESSED_AHEAD};
 
 pub use stream::decompressed_limit;

@@ -261,7 +261,7 @@ fn metadata_type(objtype: ObjectType) -> &'static glib::VariantTy {
 }
 
 /// `ab/cdef….ext` → (`abcdef…`, `ext`) for a well-formed object path.
-pub(super) fn object_name(rel: &str) -> Option<(String, &str)> {
+pub(crate) fn object_name(rel: &str) -> Option<(String, &str)> {
     let (prefix, file) = rel.split_once('/')?;
     let (rest, ext) = file.split_once('.')?;
     let checksum = format!("{prefix}{rest}");

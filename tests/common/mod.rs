@@ -160,6 +160,18 @@ impl Env {
             .collect()
     }
 
+    /// Whether the sysroot's repo holds the commit `checksum`.
+    pub fn has_commit(&self, checksum: &str) -> bool {
+        let repo = ostree::Repo::new_for_path(self.sysroot.repo_path());
+        repo.open(ostree::gio::Cancellable::NONE).unwrap();
+        repo.has_object(
+            ostree::ObjectType::Commit,
+            checksum,
+            ostree::gio::Cancellable::NONE,
+        )
+        .unwrap()
+    }
+
     /// The deployment directory at `index` in boot order.
     pub fn deployment(&self, index: usize) -> PathBuf {
         self.sysroot.deployment_path(index).unwrap()
