@@ -21,6 +21,7 @@ use crate::progress::Progress;
 use crate::reference::ImageRef;
 use crate::source::Source;
 use crate::space;
+use crate::spools::Spools;
 
 /// The part of a pivot that runs on one blocking thread, owning the libostree objects.
 pub(crate) struct Job {
@@ -126,19 +127,15 @@ impl Job {
     fn check_space(&self, repo: &ostree::Repo) -> Result<bool> {
         // As people know it (libostree's own path for the repo is a /proc/self/fd one).
         let repo_path = self.sysroot.join("ostree/repo");
-        let spools = repo_path.join(Spools::DIR);
         let layers: Vec<space::Layer> = self
             .os
             .layers
             .iter()
             .map(|l| {
                 let size = l.descriptor.size.max(0) as u64;
-                let spooled = std::fs::metadata(spools.join(spool_name(&l.descriptor.digest)))
-                    .map(|m| m.len())
-                    .unwrap_or(0);
                 space::Layer {
                     size,
-                    spooled: if spooled <= size { spooled } else { 0 },
+                    spooled: Spools::held(&repo_path, &l.descriptor.digest, size),
                 }
             })
             .collect();
@@ -159,7 +156,8 @@ impl Job {
     }
 
     fn import_in_transaction(&self, repo: &ostree::Repo, spooling: bool) -> Result<String> {
-        let spools = Spools::new(repo, &self.os, spooling);
+        let repo_path = repo.path().path().unwrap_or_default();
+        let spools = Spools::new(&repo_path, &self.os, spooling);
         let imported = self.import_layers(repo, &spools);
         // A killed run keeps its downloads for the next one; a run that ends keeps nothing.
         spools.remove_all();
@@ -184,7 +182,7 @@ impl Job {
         for layer in self.import_each_layer(repo, spools)? {
             importer.absorb(layer)?;
         }
-        let (written, skipped) = (importer.objects_written, importer.objects_skipped);
+        let (written, skipped) = importer.counts();
         let commit = importer.finish(&self.os)?;
         // Committing moves the objects into place one by one: until it is done, the commit is
         // marked partial, so that after a kill in between neither fsck nor the next run takes
@@ -248,6 +246,26 @@ impl Job {
             .source
             .as_ref()
             .context("no image source to fetch the layers from")?;
+        let count = self.os.layers.len();
+        if let Some(record) = spools.imported(digest) {
+            match RepoImporter::from_record(repo.clone(), self.os.format, record) {
+                Ok(importer) => {
+                    tracing::info!(
+                        "layer {}/{count} {digest} was imported by an earlier run: not fetched again",
+                        i + 1
+                    );
+                    self.progress.bytes(i, layer.descriptor.size.max(0) as u64);
+                    return Ok(importer);
+                }
+                Err(e) => {
+                    tracing::info!(
+                        "layer {}/{count} {digest} was imported by an earlier run, but {e:#}: fetching it again",
+                        i + 1
+                    );
+                    spools.forget(digest);
+                }
+            }
+        }
         let reader = BlobReader::open(
             &self.runtime,
             source,
@@ -257,12 +275,21 @@ impl Job {
         .with_context(context)?
         .with_progress(self.progress.clone(), i);
         let mut importer = RepoImporter::new(repo.clone(), self.os.format, layer.derived);
+        if spools.enabled() {
+            importer.record_objects();
+        }
         let size = layer.descriptor.size.max(0) as u64;
         importer
             .import_blob(reader, layer.compression, size)
             .with_context(context)?;
-        // The spool stays until the transaction commits: a run killed before that replays
-        // this layer from disk instead of downloading it again.
+        // The layer's objects are staged: a run killed before the transaction commits finds
+        // them there and, with this record, need not fetch the layer again.
+        if let Some(record) = importer.record() {
+            if let Err(e) = spools.save(digest, &record) {
+                tracing::warn!("{e:#}; the download stays spooled instead");
+            }
+        }
+        importer.forget_objects();
         Ok(importer)
     }
 }
@@ -283,41 +310,6 @@ pub(crate) fn downloaded_ref(digest: &str, format: Format) -> String {
 /// spooled bytes on a 2-core node.
 pub const PARALLEL_LAYERS: usize = 2;
 
-/// Layer downloads, partial or whole, under the repo's `tmp/pivot-downloads/`, kept until the
-/// import commits or fails, so that a run that is killed can be resumed by the next one.
-struct Spools {
-    dir: PathBuf,
-    enabled: bool,
-}
-
-impl Spools {
-    const DIR: &'static str = "tmp/pivot-downloads";
-
-    /// Drops what earlier runs left for other images (all of it when spooling is off).
-    fn new(repo: &ostree::Repo, os: &OsImage, enabled: bool) -> Spools {
-        let dir = repo.path().path().unwrap_or_default().join(Self::DIR);
-        let wanted: Vec<String> = os
-            .layers
-            .iter()
-            .map(|l| spool_name(&l.descriptor.digest))
-            .collect();
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if !enabled || !wanted.iter().any(|w| entry.file_name() == w.as_str()) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        Spools { dir, enabled }
-    }
-
-    fn path(&self, digest: &str) -> Option<PathBuf> {
-        self.enabled.then(|| self.dir.join(spool_name(digest)))
-    }
-
-    fn remove_all(&self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Deployments as `stateroot/checksum.serial` (staged ones marked), in boot order.
 pub(crate) fn deployment_ids(deployments: &[DeploymentInfo]) -> Vec<String> {
     deployments
@@ -332,8 +324,4 @@ pub(crate) fn deployment_ids(deployments: &[DeploymentInfo]) -> Vec<String> {
             )
         })
         .collect()
-}
-
-fn spool_name(digest: &str) -> String {
-    format!("{}.partial", digest.replace(':', "-"))
 }

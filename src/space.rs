@@ -3,8 +3,9 @@
 //!
 //! - **The repo**, before any layer is downloaded (skipped when the commit is already there):
 //!   the objects the layers become, estimated as [`EXPANSION`] × the layers' size, plus the
-//!   layers' bytes not yet in pivot's download spools (kept until the import commits, for a
-//!   killed run to resume). When the objects fit but the spools do not, the pivot goes on without
+//!   download spools of the layers in flight (a layer's bytes are kept from its download until
+//!   it is imported, for a killed run to resume: see `crate::spools`; a layer an earlier run
+//!   imported or spooled needs only the rest). When the objects fit but the spools do not, the pivot goes on without
 //!   spools (a killed run then downloads again) rather than being refused: resuming is worth
 //!   disk only where there is disk to spare. An oscontainer's
 //!   layers hold an archive repo whose file objects are zlib-compressed (the layer compression
@@ -29,6 +30,7 @@ use ostree::gio::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::progress::human;
+use crate::PARALLEL_LAYERS;
 
 /// Bytes of objects per byte of (compressed) layer.
 pub const EXPANSION: f64 = 3.0;
@@ -67,19 +69,23 @@ pub struct Layer {
 pub struct Needs {
     /// The objects the layers become.
     pub objects: u64,
-    /// The layers' bytes the download spools do not hold yet.
+    /// The most the download spools grow by at once.
     pub spools: u64,
 }
 
-/// What importing `layers` needs, at `factor` bytes of objects per byte of layer.
+/// What importing `layers` needs, at `factor` bytes of objects per byte of layer. A layer's
+/// spool lives from its download to the end of its import, and layers are imported
+/// [`PARALLEL_LAYERS`] at a time: the spools need at most the largest such layers' rest.
 pub fn repo_needs(layers: &[Layer], factor: f64) -> Needs {
     let total: u64 = layers.iter().map(|l| l.size).sum();
+    let mut rest: Vec<u64> = layers
+        .iter()
+        .map(|l| l.size.saturating_sub(l.spooled))
+        .collect();
+    rest.sort_unstable_by(|a, b| b.cmp(a));
     Needs {
         objects: (total as f64 * factor).ceil() as u64,
-        spools: layers
-            .iter()
-            .map(|l| l.size.saturating_sub(l.spooled))
-            .sum(),
+        spools: rest.iter().take(PARALLEL_LAYERS).sum(),
     }
 }
 
@@ -330,23 +336,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_estimate_counts_expanded_objects_and_downloads_apart() {
-        let layers = [
-            Layer {
-                size: 100,
-                spooled: 0,
-            },
-            Layer {
-                size: 300,
-                spooled: 100,
-            },
-        ];
-        // 400 × 3 of objects, 300 bytes still to download.
+    fn the_estimate_counts_expanded_objects_and_the_downloads_in_flight_apart() {
+        let layer = |size, spooled| Layer { size, spooled };
+        let layers = [layer(100, 0), layer(300, 100), layer(50, 0)];
+        // 450 × 3 of objects; the two largest downloads still to come, 200 and 100 bytes, are
+        // spooled at once (a layer's spool is dropped once it is imported).
         let needs = |factor| repo_needs(&layers, factor);
         assert_eq!(
             needs(3.0),
             Needs {
-                objects: 1200,
+                objects: 1350,
                 spools: 300
             }
         );

@@ -242,6 +242,90 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
     eprintln!("crash test took {:.1} s", started.elapsed().as_secs_f64());
 }
 
+#[test]
+fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_its_objects_are_gone()
+{
+    let tmpfs = Tmpfs::mount(512 << 20).expect("mounting a tmpfs for the sysroot");
+    let mut env = Env::new_in(tmpfs.path());
+    let image = push_big_v2(&env);
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    proxy.add_fault(Fault::throttle("/blobs/", THROTTLE).always());
+    insecure_via(&mut env, &proxy);
+    let pullspec = format!("{}/pivot/os@{}", proxy.host(), image.digest);
+
+    let run = PivotRun::start(&env, &pullspec).until(Trigger::LastLayer(0.5));
+    assert_eq!(run.ended, Ended::Killed, "{}", run.stderr);
+    assert_eq!(run.phase(), "importing", "{}", run.stderr);
+    assert_node_sound(&env, &image, "after the kill");
+
+    // The layers imported before the kill are kept as records of their staged objects, not as
+    // downloads: only the layers in flight take disk beside the objects.
+    let repo = env.sysroot.repo_path();
+    let downloads = repo.join("tmp/pivot-downloads");
+    let kept = |digest: &str, ext: &str| {
+        downloads
+            .join(format!("{}.{ext}", digest.replace(':', "-")))
+            .exists()
+    };
+    let imported: Vec<&String> = image
+        .layer_digests
+        .iter()
+        .filter(|d| kept(d, "imported"))
+        .collect();
+    for digest in &image.layer_digests {
+        assert!(
+            !(kept(digest, "imported") && kept(digest, "partial")),
+            "{digest} is both imported and still spooled"
+        );
+    }
+    assert!(
+        imported.len() >= LAYERS - pivot::PARALLEL_LAYERS,
+        "only {} of {LAYERS} layers were recorded as imported while the last one downloaded",
+        imported.len()
+    );
+    assert!(kept(&image.layer_digests[LAYERS - 1], "partial"));
+
+    // A reboot takes the staged objects with it (libostree reuses only its own boot's staging
+    // directories): the recorded layers are fetched again, and the pivot completes.
+    let tmp = repo.join("tmp");
+    for dir in pivot::import::staging_dirs(&tmp) {
+        let path = tmp.join(dir);
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let sent_before: Vec<u64> = image
+        .layer_digests
+        .iter()
+        .map(|d| proxy.body_bytes_sent(d))
+        .collect();
+    let out = env.pivot(&[&pullspec]);
+    assert_success(&out);
+    let err = stderr(&out);
+    for (i, digest) in image.layer_digests.iter().enumerate() {
+        if imported.contains(&digest) {
+            assert!(
+                err.contains(&format!(
+                    "{digest} was imported by an earlier run, but object"
+                )),
+                "{err}"
+            );
+            assert!(
+                proxy.body_bytes_sent(digest) > sent_before[i],
+                "{digest} was not fetched again"
+            );
+        }
+    }
+    assert_eq!(
+        env.deployed(),
+        [image.commit.clone(), env.sysroot.commit_v1().to_string()]
+    );
+    assert_node_sound(&env, &image, "after the converging run");
+    assert!(!downloads.exists());
+}
+
 /// Extra delay after a byte trigger, so kills do not all land right after a progress event.
 const JITTER: Duration = Duration::from_millis(250);
 

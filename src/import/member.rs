@@ -23,7 +23,7 @@ pub(super) enum Member {
 /// The checks, with what earlier members made symlinks. Layers are checked each on their own
 /// (they are imported in parallel); [`MemberCheck::absorb`] then replays a later layer's members
 /// outside the repository against the symlinks of the layers before it.
-#[derive(Default)]
+#[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct MemberCheck {
     symlinks: BTreeSet<String>,
     /// This layer's members outside the repository, in order: (path, made a symlink).

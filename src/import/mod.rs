@@ -14,6 +14,7 @@ mod native;
 mod objects;
 mod stream;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io::Read;
@@ -27,7 +28,7 @@ use ostree::ObjectType;
 use crate::image::{is_checksum, Compression, Format, OsImage};
 use member::{Member, MemberCheck};
 pub(crate) use objects::object_name;
-use objects::{write_object, Outcome};
+use objects::{write_object, Tally};
 use stream::{decompress, ChunkReader, DECOMPRESSED_AHEAD};
 
 pub use stream::decompressed_limit;
@@ -51,8 +52,8 @@ pub struct RepoImporter {
     /// ref name → checksum, from `srv/repo/refs/`.
     refs: BTreeMap<String, String>,
     members: MemberCheck,
-    pub objects_written: u64,
-    pub objects_skipped: u64,
+    /// This layer's objects (for a legacy layer); after [`Self::absorb`], the counts of all.
+    tally: Tally,
 }
 
 impl RepoImporter {
@@ -69,9 +70,81 @@ impl RepoImporter {
             config: None,
             refs: BTreeMap::new(),
             members: MemberCheck::default(),
-            objects_written: 0,
-            objects_skipped: 0,
+            tally: Tally::default(),
         }
+    }
+
+    /// Keeps the names of the objects the layer brings, for [`Self::into_record`].
+    pub fn record_objects(&mut self) {
+        self.tally.names = Some(Vec::new());
+        self.native.tally.names = Some(Vec::new());
+    }
+
+    /// Objects written and objects the repo already had.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.tally.written, self.tally.skipped)
+    }
+
+    /// What this layer's import leaves for the rest of the run, to be saved: None for a derived
+    /// layer (its changes are a tree in memory, not objects) or without [`Self::record_objects`].
+    pub fn record(&self) -> Option<ImportedLayer<'_>> {
+        if self.derived_layer {
+            return None;
+        }
+        let legacy = self.tally.names.as_deref()?;
+        let native = self.native.tally.names.as_deref().unwrap_or_default();
+        let objects = match (legacy.is_empty(), native.is_empty()) {
+            (_, true) => Cow::Borrowed(legacy),
+            (true, false) => Cow::Borrowed(native),
+            (false, false) => Cow::Owned([legacy, native].concat()),
+        };
+        Some(ImportedLayer {
+            format: format!("{:?}", self.format),
+            config: Cow::Borrowed(&self.config),
+            refs: Cow::Borrowed(&self.refs),
+            members: Cow::Borrowed(&self.members),
+            written: self.tally.written + self.native.tally.written,
+            skipped: self.tally.skipped + self.native.tally.skipped,
+            objects,
+        })
+    }
+
+    /// Stops keeping object names (once the record is saved).
+    pub fn forget_objects(&mut self) {
+        self.tally.names = None;
+        self.native.tally.names = None;
+    }
+
+    /// The importer of a layer an earlier run imported into the transaction now open (the
+    /// staging directory libostree kept for it), from its record. Refused, naming the first
+    /// missing object, unless every object the layer brought is still there.
+    pub fn from_record(
+        repo: ostree::Repo,
+        format: Format,
+        record: ImportedLayer<'_>,
+    ) -> Result<Self> {
+        ensure!(
+            record.format == format!("{format:?}"),
+            "the record is of a {} layer",
+            record.format
+        );
+        for name in record.objects.iter() {
+            let (checksum, kind) = name
+                .split_once('.')
+                .and_then(|(c, ext)| Some((c, objects::object_type(ext)?)))
+                .filter(|(c, _)| is_checksum(c))
+                .with_context(|| format!("{name:?} is not an object name"))?;
+            if !repo.has_object(kind, checksum, gio::Cancellable::NONE)? {
+                bail!("object {name} is no longer in the repo");
+            }
+        }
+        let mut importer = RepoImporter::new(repo, format, false);
+        importer.config = record.config.into_owned();
+        importer.refs = record.refs.into_owned();
+        importer.members = record.members.into_owned();
+        importer.tally.written = record.written;
+        importer.tally.skipped = record.skipped;
+        Ok(importer)
     }
 
     /// Takes in what `later` (the importer of the next layer) found: its config and refs win,
@@ -83,11 +156,11 @@ impl RepoImporter {
         }
         self.refs.extend(later.refs);
         if later.derived_layer {
-            self.objects_written += later.derived.objects_written;
+            self.tally.written += later.derived.objects_written;
             self.derived.absorb(later.derived);
         }
-        self.objects_written += later.objects_written + later.native.objects_written;
-        self.objects_skipped += later.objects_skipped + later.native.objects_skipped;
+        self.tally.written += later.tally.written + later.native.tally.written;
+        self.tally.skipped += later.tally.skipped + later.native.tally.skipped;
         Ok(())
     }
 
@@ -149,13 +222,9 @@ impl RepoImporter {
             } else if let Some(obj) = rel.strip_prefix("objects/") {
                 if let Some((checksum, ext)) = object_name(obj) {
                     let size = entry.size();
-                    match write_object(&self.repo, &checksum, ext, &mut entry, size)
-                        .with_context(context)?
-                    {
-                        Outcome::Written => self.objects_written += 1,
-                        Outcome::Skipped => self.objects_skipped += 1,
-                        Outcome::Ignored => {}
-                    }
+                    let outcome = write_object(&self.repo, &checksum, ext, &mut entry, size)
+                        .with_context(context)?;
+                    self.tally.count(&checksum, ext, outcome);
                 }
             }
         }
@@ -228,6 +297,21 @@ impl RepoImporter {
         verify_complete(&self.repo, &commit)?;
         Ok(commit)
     }
+}
+
+/// What the import of one layer left for the rest of its run: saved beside the download spools
+/// once the layer is imported (its objects staged in the open transaction), so that a run killed
+/// before the transaction committed need not fetch that layer again.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct ImportedLayer<'a> {
+    format: String,
+    config: Cow<'a, Option<String>>,
+    refs: Cow<'a, BTreeMap<String, String>>,
+    members: Cow<'a, MemberCheck>,
+    written: u64,
+    skipped: u64,
+    /// Loose names (`<checksum>.<ext>`) of the objects the layer brought, written or skipped.
+    objects: Cow<'a, [String]>,
 }
 
 /// Every object reachable from `commit` must be present before the commit may be deployed.

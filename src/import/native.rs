@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 use tar::EntryType;
 
 use super::member::clean;
-use super::objects::{self, object_name, write_object, Outcome};
+use super::objects::{self, object_name, write_object, Outcome, Tally};
 
 /// Where the objects are in the tar stream.
 pub(super) const NATIVE_REPO_DIR: &str = "sysroot/ostree/repo/";
@@ -45,8 +45,7 @@ pub(super) struct NativeLayer {
     xattrs: HashMap<String, glib::Variant>,
     /// The `.file-xattrs-link` just read: (content object checksum, xattrs checksum).
     pending: Option<(String, String)>,
-    pub objects_written: u64,
-    pub objects_skipped: u64,
+    pub tally: Tally,
 }
 
 impl NativeLayer {
@@ -151,7 +150,8 @@ impl NativeLayer {
                     "content object {checksum} follows the xattrs of {file}"
                 );
                 let xattrs = self.xattrs[&xattrs_checksum].clone();
-                self.count(write_content(repo, &checksum, kind, link, &xattrs, entry)?);
+                let outcome = write_content(repo, &checksum, kind, link, &xattrs, entry)?;
+                self.tally.count(&checksum, ext, outcome);
             }
             "commit" | "commitmeta" | "dirtree" | "dirmeta" => {
                 ensure!(
@@ -159,20 +159,13 @@ impl NativeLayer {
                     "a metadata object is not a regular file ({kind:?})"
                 );
                 let size = entry.size();
-                self.count(write_object(repo, &checksum, ext, entry, size)?);
+                let outcome = write_object(repo, &checksum, ext, entry, size)?;
+                self.tally.count(&checksum, ext, outcome);
             }
             // Signatures, tombstones and the like carry nothing a deployment needs.
             _ => {}
         }
         Ok(())
-    }
-
-    fn count(&mut self, outcome: Outcome) {
-        match outcome {
-            Outcome::Written => self.objects_written += 1,
-            Outcome::Skipped => self.objects_skipped += 1,
-            Outcome::Ignored => {}
-        }
     }
 
     /// Reads and caches an xattrs object; returns the SHA-256 of its bytes.

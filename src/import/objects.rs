@@ -30,6 +30,41 @@ pub(super) enum Outcome {
     Ignored,
 }
 
+/// The objects a layer brought: how many were written and skipped and, when asked for, their
+/// loose names (`<checksum>.<ext>`), which a resumed run checks are still staged before it
+/// trusts a layer's record (see `crate::spools`).
+#[derive(Default)]
+pub(super) struct Tally {
+    pub written: u64,
+    pub skipped: u64,
+    pub names: Option<Vec<String>>,
+}
+
+impl Tally {
+    pub fn count(&mut self, checksum: &str, ext: &str, outcome: Outcome) {
+        match outcome {
+            Outcome::Written => self.written += 1,
+            Outcome::Skipped => self.skipped += 1,
+            Outcome::Ignored => return,
+        }
+        if let Some(names) = &mut self.names {
+            names.push(format!("{checksum}.{ext}"));
+        }
+    }
+}
+
+/// The type of the object a loose name's extension (archive or bare) stands for.
+pub(super) fn object_type(ext: &str) -> Option<ObjectType> {
+    Some(match ext {
+        "commit" => ObjectType::Commit,
+        "dirtree" => ObjectType::DirTree,
+        "dirmeta" => ObjectType::DirMeta,
+        "filez" | "file" => ObjectType::File,
+        "commitmeta" => ObjectType::CommitMeta,
+        _ => return None,
+    })
+}
+
 /// Writes the object file `entry` (of `size` bytes), named `checksum` + `.ext`.
 pub(super) fn write_object(
     repo: &ostree::Repo,
@@ -38,15 +73,13 @@ pub(super) fn write_object(
     entry: &mut impl Read,
     size: u64,
 ) -> Result<Outcome> {
-    let objtype = match ext {
-        "commit" => ObjectType::Commit,
-        "dirtree" => ObjectType::DirTree,
-        "dirmeta" => ObjectType::DirMeta,
-        "filez" => ObjectType::File,
-        "commitmeta" => {
+    let objtype = match object_type(ext) {
+        Some(ObjectType::CommitMeta) => {
             write_commitmeta(repo, checksum, entry, size)?;
             return Ok(Outcome::Written);
         }
+        // A bare `.file` is not what an archive repo holds.
+        Some(t) if ext != "file" => t,
         // Signatures, tombstones and the like carry nothing a deployment needs.
         _ => return Ok(Outcome::Ignored),
     };

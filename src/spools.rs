@@ -1,0 +1,139 @@
+//! What a pivot keeps of its downloads, under the repo's `tmp/pivot-downloads/`, so that a
+//! killed run resumes instead of starting over:
+//!
+//! - while a layer downloads, its bytes (`<digest>.partial`): the next run replays them and
+//!   fetches only the rest;
+//! - once the layer is imported (its objects staged in the open transaction), a record of what
+//!   its import found instead (`<digest>.imported`: the repo config and refs it carried, its
+//!   members outside the repo, the names of its objects) and its bytes are deleted. So the extra
+//!   disk of a pivot is the layers in flight, not a second copy of the image.
+//!
+//! A run that finds a record checks that every object it names is still there (libostree hands
+//! the staging directory of an interrupted transaction to the next one in the same boot) and
+//! then does not fetch that layer; when any is missing (after a reboot, say) it fetches the
+//! layer again. Records are written to a temporary file and renamed into place; the directory
+//! is 0700 and its files 0600 (image content not yet in the repo). Everything here is removed
+//! when an import ends, whatever its outcome.
+
+use std::io::{BufReader, BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::image::OsImage;
+use crate::import::ImportedLayer;
+
+pub(crate) struct Spools {
+    dir: PathBuf,
+    enabled: bool,
+}
+
+const PARTIAL: &str = "partial";
+const IMPORTED: &str = "imported";
+
+impl Spools {
+    const DIR: &'static str = "tmp/pivot-downloads";
+
+    /// The spools of the repo at `repo_path`; drops what earlier runs left for other images (all
+    /// of it when spooling is off).
+    pub fn new(repo_path: &Path, os: &OsImage, enabled: bool) -> Spools {
+        let dir = repo_path.join(Self::DIR);
+        let wanted: Vec<String> = os
+            .layers
+            .iter()
+            .flat_map(|l| [PARTIAL, IMPORTED].map(|ext| file_name(&l.descriptor.digest, ext)))
+            .collect();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !enabled || !wanted.iter().any(|w| entry.file_name() == w.as_str()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Spools { dir, enabled }
+    }
+
+    /// Bytes of the layer `digest` (of `size` bytes) an earlier run kept in the repo at
+    /// `repo_path`: all of them once it was imported.
+    pub fn held(repo_path: &Path, digest: &str, size: u64) -> u64 {
+        let dir = repo_path.join(Self::DIR);
+        if dir.join(file_name(digest, IMPORTED)).exists() {
+            return size;
+        }
+        let spooled = std::fs::metadata(dir.join(file_name(digest, PARTIAL)))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        if spooled <= size {
+            spooled
+        } else {
+            0
+        }
+    }
+
+    /// Where the layer's download is spooled; None when spooling is off.
+    pub fn path(&self, digest: &str) -> Option<PathBuf> {
+        self.enabled
+            .then(|| self.dir.join(file_name(digest, PARTIAL)))
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The record an earlier run left of importing the layer `digest`, if any and readable.
+    pub fn imported(&self, digest: &str) -> Option<ImportedLayer<'static>> {
+        if !self.enabled {
+            return None;
+        }
+        let path = self.dir.join(file_name(digest, IMPORTED));
+        let file = std::fs::File::open(&path).ok()?;
+        match serde_json::from_reader(BufReader::new(file)) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                tracing::warn!("ignoring {}: {e}", path.display());
+                self.forget(digest);
+                None
+            }
+        }
+    }
+
+    /// Replaces the layer's spool by the record of its import.
+    pub fn save(&self, digest: &str, record: &ImportedLayer<'_>) -> Result<()> {
+        let path = self.dir.join(file_name(digest, IMPORTED));
+        let tmp = self
+            .dir
+            .join(format!(".{}.tmp", file_name(digest, IMPORTED)));
+        let written = (|| -> Result<()> {
+            crate::state::private_dir(&self.dir)?;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            let mut out = BufWriter::new(file);
+            serde_json::to_writer(&mut out, record)?;
+            out.flush()?;
+            std::fs::rename(&tmp, &path)?;
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.with_context(|| format!("saving {}", path.display()))?;
+        let _ = std::fs::remove_file(self.dir.join(file_name(digest, PARTIAL)));
+        Ok(())
+    }
+
+    /// Drops the record of the layer `digest` (its objects are gone).
+    pub fn forget(&self, digest: &str) {
+        let _ = std::fs::remove_file(self.dir.join(file_name(digest, IMPORTED)));
+    }
+
+    pub fn remove_all(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn file_name(digest: &str, ext: &str) -> String {
+    format!("{}.{ext}", digest.replace(':', "-"))
+}
