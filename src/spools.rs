@@ -137,3 +137,42 @@ impl Spools {
 fn file_name(digest: &str, ext: &str) -> String {
     format!("{}.{ext}", digest.replace(':', "-"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "sha256:0123";
+
+    fn spools(dir: &Path) -> Spools {
+        Spools {
+            dir: dir.join(Spools::DIR),
+            enabled: true,
+        }
+    }
+
+    #[test]
+    fn an_imported_layer_counts_as_held_whole_and_a_spool_as_its_length() {
+        let repo = tempfile::tempdir().unwrap();
+        let spools = spools(repo.path());
+        std::fs::create_dir_all(&spools.dir).unwrap();
+        assert_eq!(Spools::held(repo.path(), DIGEST, 100), 0);
+        std::fs::write(spools.path(DIGEST).unwrap(), [0; 40]).unwrap();
+        assert_eq!(Spools::held(repo.path(), DIGEST, 100), 40);
+        // A spool longer than its blob is not one: it is downloaded again.
+        assert_eq!(Spools::held(repo.path(), DIGEST, 30), 0);
+        std::fs::write(spools.dir.join(file_name(DIGEST, IMPORTED)), "{}").unwrap();
+        assert_eq!(Spools::held(repo.path(), DIGEST, 100), 100);
+    }
+
+    #[test]
+    fn an_unreadable_record_is_dropped() {
+        let repo = tempfile::tempdir().unwrap();
+        let spools = spools(repo.path());
+        std::fs::create_dir_all(&spools.dir).unwrap();
+        let record = spools.dir.join(file_name(DIGEST, IMPORTED));
+        std::fs::write(&record, "{\"format\": \"Legacy\", \"objects\": [").unwrap();
+        assert!(spools.imported(DIGEST).is_none());
+        assert!(!record.exists());
+    }
+}

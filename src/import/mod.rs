@@ -28,7 +28,7 @@ use ostree::ObjectType;
 use crate::image::{is_checksum, Compression, Format, OsImage};
 use member::{Member, MemberCheck};
 pub(crate) use objects::object_name;
-use objects::{write_object, Tally};
+use objects::{write_object, ObjectKey, Tally};
 use stream::{decompress, ChunkReader, DECOMPRESSED_AHEAD};
 
 pub use stream::decompressed_limit;
@@ -128,14 +128,9 @@ impl RepoImporter {
             "the record is of a {} layer",
             record.format
         );
-        for name in record.objects.iter() {
-            let (checksum, kind) = name
-                .split_once('.')
-                .and_then(|(c, ext)| Some((c, objects::object_type(ext)?)))
-                .filter(|(c, _)| is_checksum(c))
-                .with_context(|| format!("{name:?} is not an object name"))?;
-            if !repo.has_object(kind, checksum, gio::Cancellable::NONE)? {
-                bail!("object {name} is no longer in the repo");
+        for object in record.objects.iter() {
+            if !repo.has_object(object.kind(), &object.checksum(), gio::Cancellable::NONE)? {
+                bail!("object {object} is no longer in the repo");
             }
         }
         let mut importer = RepoImporter::new(repo, format, false);
@@ -311,7 +306,7 @@ pub struct ImportedLayer<'a> {
     written: u64,
     skipped: u64,
     /// Loose names (`<checksum>.<ext>`) of the objects the layer brought, written or skipped.
-    objects: Cow<'a, [String]>,
+    objects: Cow<'a, [ObjectKey]>,
 }
 
 /// Every object reachable from `commit` must be present before the commit may be deployed.

@@ -13,6 +13,8 @@ use ostree::glib;
 use ostree::glib::translate::{from_glib_full, ToGlibPtr};
 use ostree::ObjectType;
 
+use crate::image::is_checksum;
+
 use super::stream::{ChunkReader, STREAM_CHUNK};
 
 /// Objects up to this size are written from memory; larger ones are streamed.
@@ -30,14 +32,14 @@ pub(super) enum Outcome {
     Ignored,
 }
 
-/// The objects a layer brought: how many were written and skipped and, when asked for, their
-/// loose names (`<checksum>.<ext>`), which a resumed run checks are still staged before it
-/// trusts a layer's record (see `crate::spools`).
+/// The objects a layer brought: how many were written and skipped and, when asked for, which,
+/// for a resumed run to check they are still staged before it trusts a layer's record (see
+/// `crate::spools`).
 #[derive(Default)]
 pub(super) struct Tally {
     pub written: u64,
     pub skipped: u64,
-    pub names: Option<Vec<String>>,
+    pub names: Option<Vec<ObjectKey>>,
 }
 
 impl Tally {
@@ -48,8 +50,67 @@ impl Tally {
             Outcome::Ignored => return,
         }
         if let Some(names) = &mut self.names {
-            names.push(format!("{checksum}.{ext}"));
+            names.extend(object_type(ext).and_then(|kind| ObjectKey::new(kind, checksum)));
         }
+    }
+}
+
+/// An object, in 33 bytes (a layer in flight keeps one per object it brought, tens of
+/// thousands); written as its loose name, `<checksum>.<type>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectKey {
+    kind: u8,
+    checksum: [u8; 32],
+}
+
+const KINDS: [ObjectType; 5] = [
+    ObjectType::Commit,
+    ObjectType::DirTree,
+    ObjectType::DirMeta,
+    ObjectType::File,
+    ObjectType::CommitMeta,
+];
+
+impl ObjectKey {
+    pub fn new(kind: ObjectType, checksum: &str) -> Option<ObjectKey> {
+        let kind = KINDS.iter().position(|k| *k == kind)? as u8;
+        let mut key = ObjectKey {
+            kind,
+            checksum: [0; 32],
+        };
+        hex::decode_to_slice(checksum, &mut key.checksum).ok()?;
+        Some(key)
+    }
+
+    pub fn kind(&self) -> ObjectType {
+        KINDS[self.kind as usize]
+    }
+
+    pub fn checksum(&self) -> String {
+        hex::encode(self.checksum)
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = ostree::object_type_to_string(self.kind());
+        write!(f, "{}.{kind}", self.checksum())
+    }
+}
+
+impl serde::Serialize for ObjectKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ObjectKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        name.split_once('.')
+            .filter(|(c, _)| is_checksum(c))
+            .and_then(|(c, ext)| ObjectKey::new(object_type(ext)?, c))
+            .ok_or_else(|| serde::de::Error::custom(format!("{name:?} is not an object name")))
     }
 }
 
@@ -396,5 +457,33 @@ mod tests {
         assert_eq!((csum.as_str(), ext), (hex.as_str(), "filez"));
         assert!(object_name("ab/short.filez").is_none());
         assert!(object_name(&format!("abc/{}.filez", &"c".repeat(61))).is_none());
+    }
+
+    #[test]
+    fn object_keys_are_written_as_loose_names_and_read_back() {
+        let checksum = "ab".to_string() + &"c".repeat(62);
+        let mut tally = Tally {
+            names: Some(Vec::new()),
+            ..Tally::default()
+        };
+        tally.count(&checksum, "filez", Outcome::Written);
+        tally.count(&checksum, "dirtree", Outcome::Skipped);
+        tally.count(&checksum, "sig", Outcome::Ignored);
+        let keys = tally.names.unwrap();
+        assert_eq!((tally.written, tally.skipped), (1, 1));
+        let json = serde_json::to_string(&keys).unwrap();
+        assert_eq!(
+            json,
+            format!("[\"{checksum}.file\",\"{checksum}.dirtree\"]")
+        );
+        assert_eq!(serde_json::from_str::<Vec<ObjectKey>>(&json).unwrap(), keys);
+        assert_eq!(keys[0].kind(), ObjectType::File);
+        for bad in [
+            "\"abc.file\"",
+            &format!("\"{checksum}.sig\""),
+            &format!("\"{}.file\"", checksum.to_uppercase()),
+        ] {
+            assert!(serde_json::from_str::<ObjectKey>(bad).is_err(), "{bad}");
+        }
     }
 }
