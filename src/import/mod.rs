@@ -74,7 +74,7 @@ impl RepoImporter {
         }
     }
 
-    /// Keeps the names of the objects the layer brings, for [`Self::into_record`].
+    /// Keeps the names of the objects the layer brings, for [`Self::record`].
     pub fn record_objects(&mut self) {
         self.tally.names = Some(Vec::new());
         self.native.tally.names = Some(Vec::new());
@@ -305,7 +305,7 @@ pub struct ImportedLayer<'a> {
     members: Cow<'a, MemberCheck>,
     written: u64,
     skipped: u64,
-    /// Loose names (`<checksum>.<ext>`) of the objects the layer brought, written or skipped.
+    /// The objects the layer brought, written or skipped (as loose names, `<checksum>.<type>`).
     objects: Cow<'a, [ObjectKey]>,
 }
 
