@@ -15,11 +15,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use ostree::gio::prelude::FileExt;
-use ostree::glib::translate::{IntoGlib, ToGlibPtr};
+use ostree::glib::translate::ToGlibPtr;
 use ostree::{gio, ObjectType};
 
 use crate::commit_walk::walk_commit;
-use crate::import::object_name;
+use crate::import::{object_name, object_type, ObjectKey};
 
 /// What a prune deleted.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub fn prune(sysroot: &ostree::Sysroot, repo: &ostree::Repo) -> Result<Pruned> {
     roots.sort();
     roots.dedup();
 
-    let mut reachable: HashSet<Key> = HashSet::new();
+    let mut reachable: HashSet<ObjectKey> = HashSet::new();
     for commit in &roots {
         if !repo.has_object(ObjectType::Commit, commit, gio::Cancellable::NONE)? {
             continue; // A ref to a commit that is not here reaches nothing here.
@@ -76,7 +76,7 @@ pub fn prune(sysroot: &ostree::Sysroot, repo: &ostree::Repo) -> Result<Pruned> {
 fn sweep(
     repo: &ostree::Repo,
     objects: &Path,
-    reachable: &HashSet<Key>,
+    reachable: &HashSet<ObjectKey>,
     commits: bool,
     pruned: &mut Pruned,
 ) -> Result<()> {
@@ -116,14 +116,9 @@ fn sweep(
     Ok(())
 }
 
-/// An object's type and binary checksum: a tenth of what a GLib object name costs.
-type Key = (u8, [u8; 32]);
-
-fn key(kind: ObjectType, checksum: &str) -> Result<Key> {
-    let mut bytes = [0u8; 32];
-    hex::decode_to_slice(checksum, &mut bytes)
-        .with_context(|| format!("{checksum:?} is not a checksum"))?;
-    Ok((kind.into_glib() as u8, bytes))
+/// An object's key: a tenth of what a GLib object name costs.
+fn key(kind: ObjectType, checksum: &str) -> Result<ObjectKey> {
+    ObjectKey::new(kind, checksum).with_context(|| format!("{checksum:?} is not a checksum"))
 }
 
 /// The object file `name` in `objects/<prefix>/` → its checksum and type; None for anything
@@ -131,15 +126,7 @@ fn key(kind: ObjectType, checksum: &str) -> Result<Key> {
 fn object_file(prefix: u8, name: &str) -> Option<(String, ObjectType)> {
     let rel = format!("{prefix:02x}/{name}");
     let (checksum, ext) = object_name(&rel)?;
-    let kind = match ext {
-        "commit" => ObjectType::Commit,
-        "commitmeta" => ObjectType::CommitMeta,
-        "dirtree" => ObjectType::DirTree,
-        "dirmeta" => ObjectType::DirMeta,
-        "file" | "filez" => ObjectType::File,
-        _ => return None,
-    };
-    Some((checksum, kind))
+    Some((checksum, object_type(ext)?))
 }
 
 /// libostree's exclusive repo lock, released when dropped (on the thread that took it, as
@@ -212,9 +199,9 @@ mod tests {
     #[test]
     fn keys_are_the_binary_checksum() {
         let checksum = format!("{}ff", "0".repeat(62));
-        let (kind, bytes) = key(ObjectType::File, &checksum).unwrap();
-        assert_eq!(kind, ObjectType::File.into_glib() as u8);
-        assert_eq!(bytes[31], 0xff);
+        let file = key(ObjectType::File, &checksum).unwrap();
+        assert_eq!(file.kind(), ObjectType::File);
+        assert_eq!(file.checksum(), checksum);
         assert!(key(ObjectType::File, "abc").is_err());
         assert!(key(ObjectType::File, &"z".repeat(64)).is_err());
     }

@@ -236,7 +236,7 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
     );
     assert_node_sound(&env, &image, "after the converging run");
     let tmp = env.sysroot.repo_path().join("tmp");
-    assert!(!tmp.join("pivot-downloads").exists());
+    assert!(!env.downloads().exists());
     let staging = pivot::import::staging_dirs(&tmp);
     assert!(staging.is_empty(), "staging dirs left: {staging:?}");
     eprintln!("crash test took {:.1} s", started.elapsed().as_secs_f64());
@@ -260,13 +260,7 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
 
     // The layers imported before the kill are kept as records of their staged objects, not as
     // downloads: only the layers in flight take disk beside the objects.
-    let repo = env.sysroot.repo_path();
-    let downloads = repo.join("tmp/pivot-downloads");
-    let kept = |digest: &str, ext: &str| {
-        downloads
-            .join(format!("{}.{ext}", digest.replace(':', "-")))
-            .exists()
-    };
+    let kept = |digest: &str, ext: &str| env.download(digest, ext).exists();
     let imported: Vec<&String> = image
         .layer_digests
         .iter()
@@ -287,7 +281,7 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
 
     // A reboot takes the staged objects with it (libostree reuses only its own boot's staging
     // directories): the recorded layers are fetched again, and the pivot completes.
-    let tmp = repo.join("tmp");
+    let tmp = env.sysroot.repo_path().join("tmp");
     for dir in pivot::import::staging_dirs(&tmp) {
         let path = tmp.join(dir);
         if path.is_dir() {
@@ -323,7 +317,7 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
         [image.commit.clone(), env.sysroot.commit_v1().to_string()]
     );
     assert_node_sound(&env, &image, "after the converging run");
-    assert!(!downloads.exists());
+    assert!(!env.downloads().exists());
 }
 
 /// Extra delay after a byte trigger, so kills do not all land right after a progress event.

@@ -606,5 +606,5 @@ fn a_killed_pivot_resumes_its_download_on_the_next_run() {
         v2.commit.as_str()
     );
     // The downloads are gone once the run ended.
-    assert!(!env.sysroot.repo_path().join("tmp/pivot-downloads").exists());
+    assert!(!env.downloads().exists());
 }

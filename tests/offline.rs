@@ -78,7 +78,7 @@ fn an_oci_directory_deploys_without_a_registry() {
         "{origin}"
     );
     // Nothing was spooled: the layout is the copy on disk.
-    assert!(!env.sysroot.repo_path().join("tmp/pivot-downloads").exists());
+    assert!(!env.downloads().exists());
     assert_fsck_clean(&env);
 
     // The same image again, by tag or by the digest status shows: nothing to do.

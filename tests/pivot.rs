@@ -558,8 +558,8 @@ fn files_pivot_writes_under_var_and_in_the_repo_are_private() {
 
     // A download in progress is spooled in a private directory.
     let mut child = env.spawn_pivot(&["--retry-timeout", "60", &pullspec]);
-    let spools = env.sysroot.repo_path().join("tmp/pivot-downloads");
-    let spool = spools.join(format!("{}.partial", blob.replace(':', "-")));
+    let spools = env.downloads();
+    let spool = env.download(blob, "partial");
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::fs::metadata(&spool).map(|m| m.len()).unwrap_or(0) == 0 {
         assert!(Instant::now() < deadline, "nothing was spooled");

@@ -27,8 +27,8 @@ use ostree::ObjectType;
 
 use crate::image::{is_checksum, Compression, Format, OsImage};
 use member::{Member, MemberCheck};
-pub(crate) use objects::object_name;
-use objects::{write_object, ObjectKey, Tally};
+pub(crate) use objects::{object_name, object_type, ObjectKey};
+use objects::{write_object, Tally};
 use stream::{decompress, ChunkReader, DECOMPRESSED_AHEAD};
 
 pub use stream::decompressed_limit;
@@ -313,13 +313,13 @@ pub struct ImportedLayer<'a> {
 pub fn verify_complete(repo: &ostree::Repo, commit: &str) -> Result<()> {
     let mut seen = std::collections::HashSet::new();
     crate::commit_walk::walk_commit(repo, commit, |kind, checksum| {
-        let name = match kind {
+        match kind {
             ObjectType::DirTree => return Ok(seen.insert(checksum.to_string())),
-            ObjectType::DirMeta => "dirmeta",
-            ObjectType::File => "file",
+            ObjectType::DirMeta | ObjectType::File => {}
             _ => return Ok(true),
-        };
+        }
         if !repo.has_object(kind, checksum, gio::Cancellable::NONE)? {
+            let name = ostree::object_type_to_string(kind);
             bail!("commit {commit} is incomplete: {name} object {checksum} is missing");
         }
         Ok(true)

@@ -55,10 +55,11 @@ impl Tally {
     }
 }
 
-/// An object, in 33 bytes (a layer in flight keeps one per object it brought, tens of
-/// thousands); written as its loose name, `<checksum>.<type>`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ObjectKey {
+/// An object, in 33 bytes, where tens of thousands are held (a layer in flight keeps one per
+/// object it brought; a prune, one per reachable object); written as its loose name,
+/// `<checksum>.<type>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ObjectKey {
     kind: u8,
     checksum: [u8; 32],
 }
@@ -114,8 +115,9 @@ impl<'de> serde::Deserialize<'de> for ObjectKey {
     }
 }
 
-/// The type of the object a loose name's extension (archive or bare) stands for.
-pub(super) fn object_type(ext: &str) -> Option<ObjectType> {
+/// The type of the object a loose name's extension (archive or bare) stands for; None for other
+/// kinds of object (signatures, tombstones, …).
+pub(crate) fn object_type(ext: &str) -> Option<ObjectType> {
     Some(match ext {
         "commit" => ObjectType::Commit,
         "dirtree" => ObjectType::DirTree,

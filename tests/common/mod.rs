@@ -160,6 +160,18 @@ impl Env {
             .collect()
     }
 
+    /// Where pivot keeps a killed run's downloads for the next one.
+    pub fn downloads(&self) -> PathBuf {
+        self.sysroot.repo_path().join("tmp/pivot-downloads")
+    }
+
+    /// What pivot keeps there of the layer `digest`: `partial` (its download) or `imported`
+    /// (the record of its import).
+    pub fn download(&self, digest: &str, ext: &str) -> PathBuf {
+        self.downloads()
+            .join(format!("{}.{ext}", digest.replace(':', "-")))
+    }
+
     /// Whether the sysroot's repo holds the commit `checksum`.
     pub fn has_commit(&self, checksum: &str) -> bool {
         let repo = ostree::Repo::new_for_path(self.sysroot.repo_path());
