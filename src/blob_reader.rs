@@ -16,13 +16,13 @@ use std::path::Path;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use oci_client::manifest::OciDescriptor;
-use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use crate::layout::Layout;
 use crate::progress::Progress;
 use crate::registry::{size_mismatch, too_long, Registry};
+use crate::sha256_state::Sha256State;
 use crate::source::Source;
 
 /// Chunks buffered ahead of the consumer: bounds memory to a few MiB per layer.
@@ -30,12 +30,43 @@ const CHANNEL_DEPTH: usize = 32;
 /// The largest piece sent through the channel: with [`CHANNEL_DEPTH`], at most 2 MiB ahead.
 const PIECE: usize = 64 << 10;
 
+/// How far a blob was read and its digest state there, to resume hashing from.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct BlobMark {
+    pub read: u64,
+    pub hash: Sha256State,
+}
+
+/// A layer blob as the decompressor reads it: where it is, when that can be resumed from.
+pub trait Blob: Read + Send {
+    fn mark(&self) -> Option<BlobMark> {
+        None
+    }
+}
+
+impl Blob for &[u8] {}
+
+impl<B: Blob + ?Sized> Blob for &mut B {
+    fn mark(&self) -> Option<BlobMark> {
+        (**self).mark()
+    }
+}
+
+/// Where a resumed read starts: the spool from byte `from` (the bytes before it are gone), the
+/// digest state `mark` (at or after `from`: the bytes in between are passed on unhashed).
+pub struct Resume {
+    pub from: u64,
+    pub mark: BlobMark,
+}
+
 pub struct BlobReader {
     rx: mpsc::Receiver<io::Result<Bytes>>,
     current: Bytes,
     replay: Option<File>,
     spool: Option<File>,
-    hasher: Sha256,
+    hasher: Sha256State,
+    /// Bytes before this offset are in `hasher` already (of a resumed read).
+    hashed_to: u64,
     read: u64,
     size: u64,
     digest: String,
@@ -46,18 +77,32 @@ pub struct BlobReader {
 }
 
 impl BlobReader {
-    /// Starts fetching `desc` (after what `spool` already holds) on `runtime`.
+    /// Starts fetching `desc` (after what `spool` already holds) on `runtime`; with `resume`,
+    /// reads from its offset on (its spool must reach its mark).
     pub fn open(
         runtime: &Handle,
         source: &Source,
         desc: &OciDescriptor,
         spool: Option<&Path>,
+        resume: Option<Resume>,
     ) -> io::Result<BlobReader> {
         let size = u64::try_from(desc.size)
             .map_err(|_| io::Error::other(format!("blob {} has a negative size", desc.digest)))?;
+        let from = resume.as_ref().map_or(0, |r| r.from);
         let (replay, spool, offset) = match spool {
-            Some(path) => open_spool(path, size)?,
+            Some(path) => open_spool(path, size, from)?,
             None => (None, None, 0),
+        };
+        let (hasher, hashed_to) = match resume {
+            Some(r) if r.mark.hash.is_sound() && r.mark.read <= offset && r.from <= r.mark.read => {
+                (r.mark.hash, r.mark.read)
+            }
+            Some(_) => {
+                return Err(io::Error::other(
+                    "the checkpoint does not match the download kept",
+                ))
+            }
+            None => (Sha256State::default(), 0),
         };
         if offset > 0 {
             tracing::info!("resuming {} at byte {offset} of {size}", desc.digest);
@@ -84,8 +129,9 @@ impl BlobReader {
             current: Bytes::new(),
             replay,
             spool,
-            hasher: Sha256::new(),
-            read: 0,
+            hasher,
+            hashed_to,
+            read: from,
             size,
             digest: desc.digest.clone(),
             done: false,
@@ -96,6 +142,8 @@ impl BlobReader {
 
     /// Reports bytes read as layer `index` of `progress`.
     pub fn with_progress(mut self, progress: Progress, index: usize) -> BlobReader {
+        // A resumed read starts past the bytes an earlier run took.
+        progress.bytes(index, self.read);
         self.progress = Some((progress, index));
         self
     }
@@ -108,7 +156,7 @@ impl BlobReader {
                 self.digest, self.read, self.size
             )));
         }
-        let actual = format!("sha256:{}", hex::encode(self.hasher.clone().finalize()));
+        let actual = format!("sha256:{}", self.hasher.hex());
         if actual != self.digest {
             return Err(io::Error::other(format!(
                 "digest mismatch: expected {}, got {actual}",
@@ -126,12 +174,25 @@ impl BlobReader {
             ));
         }
         buf[..chunk.len()].copy_from_slice(chunk);
-        self.hasher.update(chunk);
+        let unhashed = self
+            .hashed_to
+            .saturating_sub(self.read)
+            .min(chunk.len() as u64);
+        self.hasher.update(&chunk[unhashed as usize..]);
         self.read += chunk.len() as u64;
         if let Some((progress, index)) = &self.progress {
             progress.bytes(*index, chunk.len() as u64);
         }
         Ok(chunk.len())
+    }
+}
+
+impl Blob for BlobReader {
+    fn mark(&self) -> Option<BlobMark> {
+        Some(BlobMark {
+            read: self.read,
+            hash: self.hasher.clone(),
+        })
     }
 }
 
@@ -170,14 +231,15 @@ impl Read for BlobReader {
     }
 }
 
-/// Opens `path` for replay and append; a spool longer than the blob is discarded. Spools hold
-/// image content that is not yet in the repo: the file is 0600 and its directory 0700.
-fn open_spool(path: &Path, size: u64) -> io::Result<(Option<File>, Option<File>, u64)> {
+/// Opens `path` for replay from byte `from` and append; a spool longer than the blob, or one
+/// whose bytes before `from` are gone while `from` is 0, is discarded. Spools hold image content
+/// that is not yet in the repo: the file is 0600 and its directory 0700.
+fn open_spool(path: &Path, size: u64, from: u64) -> io::Result<(Option<File>, Option<File>, u64)> {
     if let Some(dir) = path.parent() {
         crate::state::private_dir(dir).map_err(io::Error::other)?;
     }
     let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let keep = existing <= size;
+    let keep = existing <= size && (from > 0 || starts_with_data(path));
     let writer = std::fs::OpenOptions::new()
         .create(true)
         .append(keep)
@@ -192,7 +254,27 @@ fn open_spool(path: &Path, size: u64) -> io::Result<(Option<File>, Option<File>,
     if !keep || existing == 0 {
         return Ok((None, Some(writer), 0));
     }
-    Ok((Some(File::open(path)?), Some(writer), existing))
+    let mut replay = File::open(path)?;
+    std::io::Seek::seek(&mut replay, std::io::SeekFrom::Start(from))?;
+    Ok((Some(replay), Some(writer), existing))
+}
+
+/// Whether the file's first byte is data, not a hole punched behind an import (see
+/// `crate::spools`): only then can it be replayed from its start. Empty files count as data.
+fn starts_with_data(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return true;
+    };
+    match nix::unistd::lseek(
+        std::os::fd::AsRawFd::as_raw_fd(&file),
+        0,
+        nix::unistd::Whence::SeekData,
+    ) {
+        Ok(offset) => offset == 0,
+        // ENXIO: no data at all (empty, or all hole).
+        Err(nix::errno::Errno::ENXIO) => file.metadata().map(|m| m.len() == 0).unwrap_or(false),
+        Err(_) => true,
+    }
 }
 
 /// Reads the blob from a layout into `tx`, in [`PIECE`]s.
@@ -298,5 +380,33 @@ async fn forward(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spool_whose_start_was_freed_is_replayed_only_from_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spools/layer.partial");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, vec![7u8; 64 << 10]).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let punch = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+            | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        nix::fcntl::fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), punch, 0, 32 << 10).unwrap();
+        // From a checkpoint at byte 40 KiB: replayed from there, appended to at the end.
+        let (replay, _, offset) = open_spool(&path, 1 << 20, 40 << 10).unwrap();
+        assert_eq!(offset, 64 << 10);
+        let mut rest = Vec::new();
+        replay.unwrap().read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, vec![7u8; 24 << 10]);
+        // Without one, its zeros are not taken for the blob's first bytes: it starts over.
+        let (replay, _, offset) = open_spool(&path, 1 << 20, 0).unwrap();
+        assert!(replay.is_none());
+        assert_eq!(offset, 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
     }
 }

@@ -103,9 +103,10 @@ pub struct PivotArgs {
     /// Seconds a run may spend retrying transient registry faults before it fails.
     #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
     pub retry_timeout: u64,
-    /// Keep downloaded layer bytes on disk until the import commits, so that a killed pivot
-    /// resumes them (--partial-downloads=false saves that space: about the compressed image;
-    /// pivot also does without them when the repo has room for the objects only).
+    /// Keep the downloaded bytes of the layers in flight on disk (of a gzip layer, those since
+    /// its last checkpoint), so that a killed pivot resumes them (--partial-downloads=false
+    /// saves that space: a few MiB per layer in flight, whole zstd layers; pivot also does
+    /// without them when the repo has room for the objects only).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub partial_downloads: bool,
     /// Add a kernel argument to the new deployment (repeatable; whole-token match, see

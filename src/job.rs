@@ -10,11 +10,12 @@ use ostree::gio;
 use ostree::gio::prelude::FileExt;
 use tokio::runtime::Handle;
 
-use crate::blob_reader::BlobReader;
+use crate::blob_reader::{BlobReader, Resume};
 use crate::deploy::{self, Deployed, OriginInfo, SysrootLock};
 use crate::deployments::{self, DeploymentInfo};
-use crate::image::{Format, OsImage};
-use crate::import::{self, RepoImporter};
+use crate::image::{Compression, Format, Layer, OsImage};
+use crate::import::gz::InflatePoint;
+use crate::import::{self, Checkpoints, LayerCheckpoint, RepoImporter};
 use crate::kargs::Edit;
 use crate::pivot::find_at_target;
 use crate::progress::Progress;
@@ -122,6 +123,11 @@ impl Job {
         Ok(Some((commit, Some(deployed))))
     }
 
+    /// Whether the import of `layer` keeps checkpoints (see `import::checkpoint`).
+    fn checkpointed(&self, layer: &Layer) -> bool {
+        !layer.derived && layer.compression == Compression::Gzip
+    }
+
     /// Refuses, before any layer is downloaded, an import the repo's filesystem has no room for;
     /// whether to keep downloads for resume (wanted, and room for them too).
     fn check_space(&self, repo: &ostree::Repo) -> Result<bool> {
@@ -136,6 +142,7 @@ impl Job {
                 space::Layer {
                     size,
                     spooled: Spools::held(&repo_path, &l.descriptor.digest, size),
+                    checkpointed: self.checkpointed(l),
                 }
             })
             .collect();
@@ -249,7 +256,8 @@ impl Job {
         let count = self.os.layers.len();
         if let Some(record) = spools.imported(digest) {
             match RepoImporter::from_record(repo.clone(), self.os.format, record) {
-                Ok(importer) => {
+                Ok(mut importer) => {
+                    importer.forget_objects();
                     tracing::info!(
                         "layer {}/{count} {digest} was imported by an earlier run: not fetched again",
                         i + 1
@@ -266,21 +274,65 @@ impl Job {
                 }
             }
         }
-        let reader = BlobReader::open(
+        let checkpointed = spools.enabled() && self.checkpointed(layer);
+        let mut resumed = checkpointed
+            .then(|| self.resume_point(repo, spools, i))
+            .flatten();
+        let spool = spools.path(digest);
+        let resume = resumed.as_ref().map(|(_, point, _)| Resume {
+            from: point.input,
+            mark: point.blob.clone(),
+        });
+        let reader = match BlobReader::open(
             &self.runtime,
             source,
             &layer.descriptor,
-            spools.path(digest).as_deref(),
-        )
+            spool.as_deref(),
+            resume,
+        ) {
+            Err(e) if resumed.is_some() => {
+                tracing::info!("layer {}/{count} {digest}: {e}; fetching it again", i + 1);
+                resumed = None;
+                spools.forget(digest);
+                BlobReader::open(
+                    &self.runtime,
+                    source,
+                    &layer.descriptor,
+                    spool.as_deref(),
+                    None,
+                )
+            }
+            opened => opened,
+        }
         .with_context(context)?
         .with_progress(self.progress.clone(), i);
-        let mut importer = RepoImporter::new(repo.clone(), self.os.format, layer.derived);
-        if spools.enabled() {
-            importer.record_objects();
-        }
+        let (mut importer, resume) = match resumed {
+            Some((importer, point, member)) => {
+                tracing::info!(
+                    "layer {}/{count} {digest} resumes from a checkpoint at byte {} (tar offset {member})",
+                    i + 1,
+                    point.input
+                );
+                (importer, Some((point, member)))
+            }
+            None => {
+                let mut importer = RepoImporter::new(repo.clone(), self.os.format, layer.derived);
+                if spools.enabled() {
+                    importer.record_objects();
+                }
+                (importer, None)
+            }
+        };
         let size = layer.descriptor.size.max(0) as u64;
+        let mut save =
+            |checkpoint: &LayerCheckpoint<'_>| spools.save_checkpoint(digest, checkpoint);
+        let checkpoints = checkpointed.then(|| Checkpoints {
+            resume,
+            interval: import::checkpoint_interval(size),
+            save: &mut save,
+        });
         importer
-            .import_blob(reader, layer.compression, size)
+            .import_blob(reader, layer.compression, size, checkpoints)
             .with_context(context)?;
         // The layer's objects are staged: a run killed before the transaction commits finds
         // them there and, with this record, need not fetch the layer again.
@@ -291,6 +343,38 @@ impl Job {
         }
         importer.forget_objects();
         Ok(importer)
+    }
+
+    /// The importer of layer `i` as an earlier run left it at its last checkpoint, with the
+    /// point and tar offset to resume from; None (and the checkpoint dropped) unless every
+    /// object the checkpoint names is still staged.
+    fn resume_point(
+        &self,
+        repo: &ostree::Repo,
+        spools: &Spools,
+        i: usize,
+    ) -> Option<(RepoImporter, InflatePoint, u64)> {
+        let digest = &self.os.layers[i].descriptor.digest;
+        let LayerCheckpoint {
+            point,
+            member,
+            importer: record,
+            xattrs,
+        } = spools.checkpoint(digest)?;
+        let restored = RepoImporter::from_record(repo.clone(), self.os.format, record)
+            .and_then(|mut importer| importer.restore_xattrs(&xattrs).map(|()| importer));
+        match restored {
+            Ok(importer) => Some((importer, point.into_owned(), member)),
+            Err(e) => {
+                tracing::info!(
+                    "layer {}/{} {digest} was partly imported by an earlier run, but {e:#}: fetching it again",
+                    i + 1,
+                    self.os.layers.len()
+                );
+                spools.forget(digest);
+                None
+            }
+        }
     }
 }
 

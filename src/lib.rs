@@ -28,6 +28,7 @@ pub mod reboot;
 pub mod reference;
 pub mod registry;
 pub mod retry;
+pub mod sha256_state;
 pub mod source;
 pub mod space;
 mod spools;

@@ -57,11 +57,14 @@ pub fn expansion() -> f64 {
         .unwrap_or(EXPANSION)
 }
 
-/// One layer to import: its size, and how much of it a spool already holds.
+/// One layer to import: its size, how much of it a spool already holds, and whether its import
+/// keeps checkpoints (then its spool only holds the bytes since the last one:
+/// [`crate::import::spool_bound`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Layer {
     pub size: u64,
     pub spooled: u64,
+    pub checkpointed: bool,
 }
 
 /// What an import needs in the repo's filesystem.
@@ -75,12 +78,19 @@ pub struct Needs {
 
 /// What importing `layers` needs, at `factor` bytes of objects per byte of layer. A layer's
 /// spool lives from its download to the end of its import, and layers are imported
-/// [`PARALLEL_LAYERS`] at a time: the spools need at most the largest such layers' rest.
+/// [`PARALLEL_LAYERS`] at a time: the spools need at most the largest such layers' rest (or,
+/// for a layer with checkpoints, what its spool holds at most).
 pub fn repo_needs(layers: &[Layer], factor: f64) -> Needs {
     let total: u64 = layers.iter().map(|l| l.size).sum();
     let mut rest: Vec<u64> = layers
         .iter()
-        .map(|l| l.size.saturating_sub(l.spooled))
+        .map(|l| {
+            let rest = l.size.saturating_sub(l.spooled);
+            match l.checkpointed {
+                true => rest.min(crate::import::spool_bound(l.size)),
+                false => rest,
+            }
+        })
         .collect();
     rest.sort_unstable_by(|a, b| b.cmp(a));
     Needs {
@@ -337,7 +347,11 @@ mod tests {
 
     #[test]
     fn the_estimate_counts_expanded_objects_and_the_downloads_in_flight_apart() {
-        let layer = |size, spooled| Layer { size, spooled };
+        let layer = |size, spooled| Layer {
+            size,
+            spooled,
+            checkpointed: false,
+        };
         let layers = [layer(100, 0), layer(300, 100), layer(50, 0)];
         // 450 × 3 of objects; the two largest downloads still to come, 200 and 100 bytes, are
         // spooled at once (a layer's spool is dropped once it is imported).
@@ -356,6 +370,16 @@ mod tests {
                 spools: 300
             }
         );
+        // A layer with checkpoints holds only the bytes since its last one.
+        let big = 1 << 30;
+        let checkpointed = Layer {
+            size: big,
+            spooled: 0,
+            checkpointed: true,
+        };
+        let needs = repo_needs(&[checkpointed, layer(big, 0)], 0.0);
+        assert_eq!(needs.spools, big + crate::import::spool_bound(big));
+        assert!(crate::import::spool_bound(big) < big / 16);
     }
 
     #[test]

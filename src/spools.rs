@@ -3,17 +3,21 @@
 //!
 //! - while a layer downloads, its bytes (`<digest>.partial`): the next run replays them and
 //!   fetches only the rest;
+//! - for a layer with checkpoints (`crate::import::checkpoint`), the last one
+//!   (`<digest>.checkpoint`); the spool's bytes before it are punched out (the file keeps its
+//!   length), and the next run resumes from it, replaying only the bytes after it;
 //! - once the layer is imported (its objects staged in the open transaction), a record of what
 //!   its import found instead (`<digest>.imported`: the repo config and refs it carried, its
 //!   members outside the repo, the names of its objects) and its bytes are deleted. So the extra
-//!   disk of a pivot is the layers in flight, not a second copy of the image.
+//!   disk of a pivot is what the layers in flight downloaded since their last checkpoints, not a
+//!   second copy of the image.
 //!
-//! A run that finds a record checks that every object it names is still there (libostree hands
-//! the staging directory of an interrupted transaction to the next one in the same boot) and
-//! then does not fetch that layer; when any is missing (after a reboot, say) it fetches the
-//! layer again. Records are written to a temporary file and renamed into place; the directory
-//! is 0700 and its files 0600 (image content not yet in the repo). Everything here is removed
-//! when an import ends, whatever its outcome.
+//! A run that finds a record or a checkpoint checks that every object it names is still there
+//! (libostree hands the staging directory of an interrupted transaction to the next one in the
+//! same boot) before it trusts it; when any is missing (after a reboot, say) it fetches the
+//! layer again. Records and checkpoints are written to a temporary file and renamed into place;
+//! the directory is 0700 and its files 0600 (image content not yet in the repo). Everything here
+//! is removed when an import ends, whatever its outcome.
 
 use std::io::{BufReader, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -22,7 +26,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::image::OsImage;
-use crate::import::ImportedLayer;
+use crate::import::{ImportedLayer, LayerCheckpoint};
 
 pub(crate) struct Spools {
     dir: PathBuf,
@@ -31,6 +35,7 @@ pub(crate) struct Spools {
 
 const PARTIAL: &str = "partial";
 const IMPORTED: &str = "imported";
+const CHECKPOINT: &str = "checkpoint";
 
 impl Spools {
     const DIR: &'static str = "tmp/pivot-downloads";
@@ -42,7 +47,9 @@ impl Spools {
         let wanted: Vec<String> = os
             .layers
             .iter()
-            .flat_map(|l| [PARTIAL, IMPORTED].map(|ext| file_name(&l.descriptor.digest, ext)))
+            .flat_map(|l| {
+                [PARTIAL, IMPORTED, CHECKPOINT].map(|ext| file_name(&l.descriptor.digest, ext))
+            })
             .collect();
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             if !enabled || !wanted.iter().any(|w| entry.file_name() == w.as_str()) {
@@ -81,10 +88,19 @@ impl Spools {
 
     /// The record an earlier run left of importing the layer `digest`, if any and readable.
     pub fn imported(&self, digest: &str) -> Option<ImportedLayer<'static>> {
+        self.read(digest, IMPORTED)
+    }
+
+    /// The last checkpoint an earlier run saved inside the layer `digest`, if any and readable.
+    pub fn checkpoint(&self, digest: &str) -> Option<LayerCheckpoint<'static>> {
+        self.read(digest, CHECKPOINT)
+    }
+
+    fn read<T: serde::de::DeserializeOwned>(&self, digest: &str, ext: &str) -> Option<T> {
         if !self.enabled {
             return None;
         }
-        let path = self.dir.join(file_name(digest, IMPORTED));
+        let path = self.dir.join(file_name(digest, ext));
         let file = std::fs::File::open(&path).ok()?;
         match serde_json::from_reader(BufReader::new(file)) {
             Ok(record) => Some(record),
@@ -96,12 +112,43 @@ impl Spools {
         }
     }
 
-    /// Replaces the layer's spool by the record of its import.
+    /// Replaces the layer's spool (and checkpoint) by the record of its import.
     pub fn save(&self, digest: &str, record: &ImportedLayer<'_>) -> Result<()> {
-        let path = self.dir.join(file_name(digest, IMPORTED));
-        let tmp = self
-            .dir
-            .join(format!(".{}.tmp", file_name(digest, IMPORTED)));
+        self.write(digest, IMPORTED, record)?;
+        for ext in [PARTIAL, CHECKPOINT] {
+            let _ = std::fs::remove_file(self.dir.join(file_name(digest, ext)));
+        }
+        Ok(())
+    }
+
+    /// Saves a checkpoint inside the layer `digest`, then frees the spooled bytes before it
+    /// (punches them out of the file, which keeps its length: the next run appends after it).
+    pub fn save_checkpoint(&self, digest: &str, checkpoint: &LayerCheckpoint<'_>) -> Result<()> {
+        self.write(digest, CHECKPOINT, checkpoint)?;
+        let path = self.dir.join(file_name(digest, PARTIAL));
+        let end = checkpoint.point.input / 4096 * 4096;
+        if end == 0 {
+            return Ok(());
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        nix::fcntl::fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            0,
+            end as i64,
+        )
+        .with_context(|| format!("freeing the first {end} bytes of {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Writes a temporary file and renames it into place.
+    fn write(&self, digest: &str, ext: &str, value: &impl serde::Serialize) -> Result<()> {
+        let path = self.dir.join(file_name(digest, ext));
+        let tmp = self.dir.join(format!(".{}.tmp", file_name(digest, ext)));
         let written = (|| -> Result<()> {
             crate::state::private_dir(&self.dir)?;
             let file = std::fs::OpenOptions::new()
@@ -111,7 +158,7 @@ impl Spools {
                 .mode(0o600)
                 .open(&tmp)?;
             let mut out = BufWriter::new(file);
-            serde_json::to_writer(&mut out, record)?;
+            serde_json::to_writer(&mut out, value)?;
             out.flush()?;
             std::fs::rename(&tmp, &path)?;
             Ok(())
@@ -119,14 +166,14 @@ impl Spools {
         if written.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
-        written.with_context(|| format!("saving {}", path.display()))?;
-        let _ = std::fs::remove_file(self.dir.join(file_name(digest, PARTIAL)));
-        Ok(())
+        written.with_context(|| format!("saving {}", path.display()))
     }
 
-    /// Drops the record of the layer `digest` (its objects are gone).
+    /// Drops what is kept of the layer `digest` (its objects are gone, or its files unusable).
     pub fn forget(&self, digest: &str) {
-        let _ = std::fs::remove_file(self.dir.join(file_name(digest, IMPORTED)));
+        for ext in [IMPORTED, CHECKPOINT, PARTIAL] {
+            let _ = std::fs::remove_file(self.dir.join(file_name(digest, ext)));
+        }
     }
 
     pub fn remove_all(&self) {
@@ -174,5 +221,47 @@ mod tests {
         std::fs::write(&record, "{\"format\": \"Legacy\", \"objects\": [").unwrap();
         assert!(spools.imported(DIGEST).is_none());
         assert!(!record.exists());
+    }
+
+    #[test]
+    fn a_checkpoint_frees_the_spooled_bytes_before_it_and_is_read_back() {
+        let repo = tempfile::tempdir().unwrap();
+        let spools = spools(repo.path());
+        std::fs::create_dir_all(&spools.dir).unwrap();
+        let spool = spools.path(DIGEST).unwrap();
+        std::fs::write(&spool, vec![7u8; 64 << 10]).unwrap();
+        let json = serde_json::json!({
+            "point": {
+                "input": (40 << 10) + 5, "bits": 3, "last_byte": 9, "output": 100 << 10,
+                "window": "00ff", "crc": 1, "member_output": 100 << 10,
+                "blob": {"read": 48 << 10, "hash": {"h": [1, 2, 3, 4, 5, 6, 7, 8], "tail": "", "len": 48 << 10}},
+            },
+            "member": 101 << 10,
+            "importer": {
+                "format": "Legacy", "config": null, "refs": {},
+                "members": {"symlinks": [], "outside": []},
+                "written": 1, "skipped": 0, "objects": [format!("{}.file", "ab".repeat(32))],
+            },
+        });
+        let checkpoint: LayerCheckpoint = serde_json::from_value(json).unwrap();
+        spools.save_checkpoint(DIGEST, &checkpoint).unwrap();
+        let data = std::fs::read(&spool).unwrap();
+        assert_eq!(data.len(), 64 << 10, "the spool keeps its length");
+        assert!(data[..40 << 10].iter().all(|b| *b == 0));
+        assert!(data[40 << 10..].iter().all(|b| *b == 7));
+        let on_disk = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&spool).unwrap());
+        assert!(
+            on_disk * 512 <= 28 << 10,
+            "{on_disk} blocks still allocated"
+        );
+        let back = spools.checkpoint(DIGEST).unwrap();
+        assert_eq!(back.point.input, (40 << 10) + 5);
+        assert_eq!(back.point.window, [0, 0xff]);
+        assert_eq!(back.member, 101 << 10);
+        // Once the layer is imported, neither the spool nor the checkpoint stays.
+        spools.save(DIGEST, &back.importer).unwrap();
+        assert!(!spool.exists());
+        assert!(spools.checkpoint(DIGEST).is_none());
+        assert!(spools.imported(DIGEST).is_some());
     }
 }

@@ -225,10 +225,15 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
         "the converging run fetched {sent} bytes; only {} were missing",
         total - spooled
     );
+    // The layer in flight at the kill resumes (the last one, or one imported beside it that
+    // finished after it).
+    let err = stderr(&out);
     assert!(
-        stderr(&out).contains(&format!("resuming {}", image.layer_digests[LAYERS - 1])),
-        "{}",
-        stderr(&out)
+        image
+            .layer_digests
+            .iter()
+            .any(|d| err.contains(&format!("resuming {d}"))),
+        "{err}"
     );
     assert_eq!(
         env.deployed(),
@@ -281,15 +286,7 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
 
     // A reboot takes the staged objects with it (libostree reuses only its own boot's staging
     // directories): the recorded layers are fetched again, and the pivot completes.
-    let tmp = env.sysroot.repo_path().join("tmp");
-    for dir in pivot::import::staging_dirs(&tmp) {
-        let path = tmp.join(dir);
-        if path.is_dir() {
-            std::fs::remove_dir_all(&path).unwrap();
-        } else {
-            std::fs::remove_file(&path).unwrap();
-        }
-    }
+    remove_staging_dirs(&env);
     let sent_before: Vec<u64> = image
         .layer_digests
         .iter()
@@ -318,6 +315,174 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
     );
     assert_node_sound(&env, &image, "after the converging run");
     assert!(!env.downloads().exists());
+}
+
+#[test]
+fn a_kill_inside_a_layer_keeps_only_the_download_after_its_last_checkpoint_and_the_next_run_resumes_there(
+) {
+    let tmpfs = Tmpfs::mount(512 << 20).expect("mounting a tmpfs for the sysroot");
+    let env = Env::new_in(tmpfs.path());
+    let image = env.push("v2-one-layer", &ImageSpec::new(one_layer_tree(), "2"));
+    kill_inside_the_layer_and_resume(env, &image);
+}
+
+#[test]
+fn a_native_image_killed_inside_its_layer_resumes_from_its_last_checkpoint() {
+    let tmpfs = Tmpfs::mount(512 << 20).expect("mounting a tmpfs for the sysroot");
+    let env = Env::new_in(tmpfs.path());
+    let image = push_native_one_layer(&env, &one_layer_tree());
+    kill_inside_the_layer_and_resume(env, &image);
+}
+
+/// os-v2 plus 32 MiB of noise (19 MiB gzipped): in a single-layer image, where a whole spool
+/// would cost most.
+fn one_layer_tree() -> pivot_testkit::Tree {
+    let mut tree = fixture("os-v2");
+    for i in 0..8192 {
+        let path = format!("usr/share/pivot/bulk/{:02}/{i:05}", i % 50);
+        tree = tree.with_file(&path, 0o644, &noise_seeded(i as u64 + 1, FILE_SIZE));
+    }
+    tree
+}
+
+/// Commits `tree` and has ostree-rs-ext encapsulate it (one layer), pushed by skopeo.
+fn push_native_one_layer(env: &Env, tree: &pivot_testkit::Tree) -> PushedImage {
+    let dir = tempfile::tempdir().unwrap();
+    let repo_path = dir.path().join("repo");
+    let repo = ostree::Repo::new_for_path(&repo_path);
+    repo.create(ostree::RepoMode::Archive, ostree::gio::Cancellable::NONE)
+        .unwrap();
+    let commit = pivot_testkit::commit_tree(&repo, tree, Some("os"), "2").unwrap();
+    let tool = pivot_testkit::ext_fixtures_tool(false).unwrap();
+    let oci = dir.path().join("oci");
+    pivot_testkit::encapsulate(&tool, &repo_path, "os", &oci, Some("encapsulated")).unwrap();
+    let oci = oci.join("encapsulated");
+    let blob = |digest: &str| -> serde_json::Value {
+        let path = oci
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"));
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(oci.join("index.json")).unwrap()).unwrap();
+    let manifest = blob(index["manifests"][0]["digest"].as_str().unwrap());
+    let layer_digests: Vec<String> = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["digest"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(layer_digests.len(), 1, "{manifest}");
+    let repository = "pivot/native".to_string();
+    let by_tag = format!("{}/{repository}:one-layer", env.registry.host());
+    let digest = pivot_testkit::skopeo_push(&oci, &by_tag).unwrap();
+    PushedImage {
+        by_digest: format!("{}/{repository}@{digest}", env.registry.host()),
+        repository,
+        tag: "one-layer".into(),
+        manifest_digest: digest.clone(),
+        digest,
+        commit,
+        config_digest: manifest["config"]["digest"].as_str().unwrap().to_string(),
+        layer_digests,
+        by_tag,
+    }
+}
+
+/// Kills pivot inside `image`'s single layer and checks that only the download since the last
+/// checkpoint is on disk, that the next run resumes there and completes; then that a run whose
+/// staged objects are gone (a reboot) fetches the layer again instead.
+fn kill_inside_the_layer_and_resume(mut env: Env, image: &PushedImage) {
+    let digest = &image.layer_digests[0];
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    proxy.add_fault(Fault::throttle("/blobs/", THROTTLE).always());
+    insecure_via(&mut env, &proxy);
+    let pullspec = format!("{}/{}@{}", proxy.host(), image.repository, image.digest);
+    let kill_at = Trigger::Bytes(12 << 20, Duration::ZERO);
+
+    let run = PivotRun::start(&env, &pullspec).until(kill_at);
+    assert_eq!(run.ended, Ended::Killed, "{}", run.stderr);
+    assert_eq!(run.phase(), "importing", "{}", run.stderr);
+    assert_node_sound(&env, image, "after the kill");
+    let total = run.total.expect("a start event with the image's size");
+
+    // The bytes before the last checkpoint are freed; the file keeps its length, so the next
+    // run knows where the download stopped.
+    assert!(env.download(digest, "checkpoint").exists());
+    let spool = std::fs::metadata(env.download(digest, "partial")).unwrap();
+    let on_disk = std::os::unix::fs::MetadataExt::blocks(&spool) * 512;
+    eprintln!(
+        "killed at {} of {total} bytes; spool {} bytes long, {on_disk} on disk",
+        run.done_bytes,
+        spool.len()
+    );
+    assert!(
+        spool.len() >= 11 << 20,
+        "only {} bytes were spooled",
+        spool.len()
+    );
+    assert!(
+        on_disk <= 5 << 20,
+        "{on_disk} bytes of the layer's {} downloaded are still on disk",
+        spool.len()
+    );
+
+    let sent_before = proxy.body_bytes_sent(digest);
+    let out = env.pivot(&[&pullspec]);
+    assert_success(&out);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{digest} resumes from a checkpoint at byte")),
+        "{err}"
+    );
+    let sent = proxy.body_bytes_sent(digest) - sent_before;
+    assert!(
+        sent <= total - spool.len() + total / 100,
+        "the resumed run fetched {sent} bytes; only {} were missing",
+        total - spool.len()
+    );
+    assert_eq!(
+        env.deployed(),
+        [image.commit.clone(), env.sysroot.commit_v1().to_string()]
+    );
+    assert_node_sound(&env, image, "after the resumed run");
+    assert!(!env.downloads().exists());
+
+    // After a reboot the objects staged before the checkpoint are gone: the checkpoint is
+    // useless, and the layer is fetched again from its start.
+    undeploy_target(&env, image);
+    let run = PivotRun::start(&env, &pullspec).until(kill_at);
+    assert_eq!(run.ended, Ended::Killed, "{}", run.stderr);
+    assert!(env.download(digest, "checkpoint").exists());
+    remove_staging_dirs(&env);
+    let out = env.pivot(&[&pullspec]);
+    assert_success(&out);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{digest} was partly imported by an earlier run, but object"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("resumes from a checkpoint"), "{err}");
+    assert_eq!(
+        env.deployed(),
+        [image.commit.clone(), env.sysroot.commit_v1().to_string()]
+    );
+    assert_node_sound(&env, image, "after the run that could not resume");
+}
+
+/// Removes the repo's staging directories, as a reboot makes libostree pass them over.
+fn remove_staging_dirs(env: &Env) {
+    let tmp = env.sysroot.repo_path().join("tmp");
+    for dir in pivot::import::staging_dirs(&tmp) {
+        let path = tmp.join(dir);
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
 }
 
 /// Extra delay after a byte trigger, so kills do not all land right after a progress event.

@@ -122,6 +122,7 @@ fn estimate(layers: u64) -> pivot::space::Needs {
         &[pivot::space::Layer {
             size: layers,
             spooled: 0,
+            checkpointed: false,
         }],
         pivot::space::EXPANSION,
     )

@@ -8,7 +8,9 @@
 //! ([`member`]), every layer's decompressed size is bounded ([`stream`]), every object must hash
 //! to its name ([`objects`]), and the repo's text files must be small, UTF-8 and free of NULs.
 
+mod checkpoint;
 mod derived;
+pub mod gz;
 mod member;
 mod native;
 mod objects;
@@ -26,11 +28,14 @@ use ostree::glib;
 use ostree::ObjectType;
 
 use crate::image::{is_checksum, Compression, Format, OsImage};
+use checkpoint::{Tracker, POINT_SPAN};
 use member::{Member, MemberCheck};
 pub(crate) use objects::{object_name, object_type, ObjectKey};
 use objects::{write_object, Tally};
-use stream::{decompress, ChunkReader, DECOMPRESSED_AHEAD};
+use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
 
+use crate::blob_reader::Blob;
+pub use checkpoint::{checkpoint_interval, spool_bound, Checkpoints, LayerCheckpoint};
 pub use stream::decompressed_limit;
 
 const REPO_DIR: &str = "srv/repo/";
@@ -115,9 +120,10 @@ impl RepoImporter {
         self.native.tally.names = None;
     }
 
-    /// The importer of a layer an earlier run imported into the transaction now open (the
-    /// staging directory libostree kept for it), from its record. Refused, naming the first
-    /// missing object, unless every object the layer brought is still there.
+    /// The importer of a layer an earlier run imported (or, from a checkpoint, began to import)
+    /// into the transaction now open (the staging directory libostree kept for it), from its
+    /// record. Refused, naming the first missing object, unless every object the layer brought
+    /// is still there.
     pub fn from_record(
         repo: ostree::Repo,
         format: Format,
@@ -137,9 +143,20 @@ impl RepoImporter {
         importer.config = record.config.into_owned();
         importer.refs = record.refs.into_owned();
         importer.members = record.members.into_owned();
-        importer.tally.written = record.written;
-        importer.tally.skipped = record.skipped;
+        // Where the import of the rest of a layer counts its objects.
+        let tally = match format {
+            Format::Legacy => &mut importer.tally,
+            Format::Native => &mut importer.native.tally,
+        };
+        tally.written = record.written;
+        tally.skipped = record.skipped;
+        tally.names = Some(record.objects.into_owned());
         Ok(importer)
+    }
+
+    /// Takes back what a native layer's checkpoint kept of its xattrs objects.
+    pub fn restore_xattrs(&mut self, saved: &BTreeMap<String, String>) -> Result<()> {
+        self.native.restore_xattrs(saved)
     }
 
     /// Takes in what `later` (the importer of the next layer) found: its config and refs win,
@@ -163,17 +180,36 @@ impl RepoImporter {
     /// how far it may decompress): a second thread decompresses it (and checks its digest) while
     /// this one writes objects. The blob is read to its very end even when the import fails
     /// early, because only then is its digest checked: a corrupted blob is reported as one, not
-    /// as whatever the corruption broke first.
+    /// as whatever the corruption broke first. With `checkpoints` (a gzip layer of a legacy
+    /// image, see [`checkpoint`]), the import resumes from and keeps checkpoints; `blob` then
+    /// starts at the resumed point's input.
     pub fn import_blob(
         &mut self,
-        blob: impl Read + Send,
+        blob: impl Blob,
         compression: Compression,
         compressed_size: u64,
+        checkpoints: Option<Checkpoints<'_>>,
     ) -> Result<()> {
+        let mut checkpoints = checkpoints;
+        let resume = checkpoints.as_mut().and_then(|c| c.resume.take());
+        let skip = match &resume {
+            Some((point, member)) => Some(
+                member
+                    .checked_sub(point.output)
+                    .context("the checkpoint's tar member is before its decompression point")?,
+            ),
+            None => None,
+        };
+        let mut tracker = checkpoints.map(|c| Tracker::new(c, resume.as_ref()));
         let (tx, rx) = std::sync::mpsc::sync_channel(DECOMPRESSED_AHEAD);
+        let start = Start {
+            resume: resume.as_ref().map(|(point, _)| point).zip(skip),
+            points: tracker.as_ref().map(|t| (t.points.clone(), POINT_SPAN)),
+        };
         std::thread::scope(|scope| {
-            let producer = scope.spawn(move || decompress(blob, compression, compressed_size, tx));
-            let imported = self.import_tar(ChunkReader::new(rx));
+            let producer =
+                scope.spawn(move || decompress(blob, compression, compressed_size, tx, start));
+            let imported = self.import_stream(ChunkReader::new(rx), tracker.as_mut());
             let produced = producer
                 .join()
                 .map_err(|_| anyhow!("the decompression thread panicked"))?;
@@ -187,40 +223,62 @@ impl RepoImporter {
 
     /// Imports an uncompressed tar layer read from `reader` (the fuzzing entry point).
     pub fn import_tar(&mut self, reader: impl Read) -> Result<()> {
+        self.import_stream(reader, None)
+    }
+
+    fn import_stream(
+        &mut self,
+        reader: impl Read,
+        mut tracker: Option<&mut Tracker>,
+    ) -> Result<()> {
         if self.derived_layer {
             return self.derived.import_tar(&self.repo, reader);
         }
         if self.format == Format::Native {
-            return self.native.import_tar(&self.repo, reader);
+            return self.native.import_tar(&self.repo, reader, tracker);
         }
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries().context("reading the layer as tar")? {
             let mut entry = entry.context("reading the layer as tar")?;
-            let kind = entry.header().entry_type();
-            let mode = entry.header().mode().unwrap_or(0);
-            let link = entry.link_name_bytes().map(|l| l.into_owned());
-            let member = self
-                .members
-                .check(&entry.path_bytes(), kind, mode, link.as_deref())?;
-            let Member::RepoFile(rel) = member else {
-                continue;
-            };
-            let context = || format!("importing {REPO_DIR}{rel}");
-            if rel == "config" {
-                self.config = Some(read_text(&mut entry).with_context(context)?);
-            } else if let Some(name) = rel.strip_prefix("refs/heads/") {
-                self.read_ref(name.to_string(), &mut entry)
-                    .with_context(context)?;
-            } else if let Some(name) = rel.strip_prefix("refs/remotes/") {
-                let name = name.replacen('/', ":", 1);
-                self.read_ref(name, &mut entry).with_context(context)?;
-            } else if let Some(obj) = rel.strip_prefix("objects/") {
-                if let Some((checksum, ext)) = object_name(obj) {
-                    let size = entry.size();
-                    let outcome = write_object(&self.repo, &checksum, ext, &mut entry, size)
-                        .with_context(context)?;
-                    self.tally.count(&checksum, ext, outcome);
+            let end = checkpoint::member_end(&entry);
+            let sparse = entry.header().entry_type().is_gnu_sparse();
+            self.legacy_member(&mut entry)?;
+            if let Some(tracker) = tracker.as_deref_mut().filter(|_| !sparse) {
+                if let Some(point) = tracker.due(end) {
+                    if let Some(record) = self.record() {
+                        tracker.save(&point, end, record, BTreeMap::new());
+                    }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    fn legacy_member(&mut self, entry: &mut tar::Entry<impl Read>) -> Result<()> {
+        let kind = entry.header().entry_type();
+        let mode = entry.header().mode().unwrap_or(0);
+        let link = entry.link_name_bytes().map(|l| l.into_owned());
+        let member = self
+            .members
+            .check(&entry.path_bytes(), kind, mode, link.as_deref())?;
+        let Member::RepoFile(rel) = member else {
+            return Ok(());
+        };
+        let context = || format!("importing {REPO_DIR}{rel}");
+        if rel == "config" {
+            self.config = Some(read_text(entry).with_context(context)?);
+        } else if let Some(name) = rel.strip_prefix("refs/heads/") {
+            self.read_ref(name.to_string(), entry)
+                .with_context(context)?;
+        } else if let Some(name) = rel.strip_prefix("refs/remotes/") {
+            let name = name.replacen('/', ":", 1);
+            self.read_ref(name, entry).with_context(context)?;
+        } else if let Some(obj) = rel.strip_prefix("objects/") {
+            if let Some((checksum, ext)) = object_name(obj) {
+                let size = entry.size();
+                let outcome =
+                    write_object(&self.repo, &checksum, ext, entry, size).with_context(context)?;
+                self.tally.count(&checksum, ext, outcome);
             }
         }
         Ok(())
@@ -307,6 +365,22 @@ pub struct ImportedLayer<'a> {
     skipped: u64,
     /// The objects the layer brought, written or skipped (as loose names, `<checksum>.<type>`).
     objects: Cow<'a, [ObjectKey]>,
+}
+
+impl ImportedLayer<'_> {
+    /// The record of a native layer's import so far: only its objects (it has no repo config,
+    /// refs or members outside the repo to keep). None without recorded object names.
+    fn native(tally: &Tally) -> Option<ImportedLayer<'_>> {
+        Some(ImportedLayer {
+            format: format!("{:?}", Format::Native),
+            config: Cow::Owned(None),
+            refs: Cow::Owned(BTreeMap::new()),
+            members: Cow::Owned(MemberCheck::default()),
+            written: tally.written,
+            skipped: tally.skipped,
+            objects: Cow::Borrowed(tally.names.as_deref()?),
+        })
+    }
 }
 
 /// Every object reachable from `commit` must be present before the commit may be deployed.

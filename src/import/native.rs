@@ -18,7 +18,7 @@
 //! importer keeps pivot's streaming pipeline (no temporary copy of a layer, layers in parallel)
 //! and its checks on hostile input for both formats.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -28,6 +28,7 @@ use ostree::ObjectType;
 use sha2::{Digest, Sha256};
 use tar::EntryType;
 
+use super::checkpoint::{member_end, Tracker};
 use super::member::clean;
 use super::objects::{self, object_name, write_object, Outcome, Tally};
 
@@ -49,43 +50,83 @@ pub(super) struct NativeLayer {
 }
 
 impl NativeLayer {
-    /// Imports one uncompressed layer.
-    pub fn import_tar(&mut self, repo: &ostree::Repo, reader: impl Read) -> Result<()> {
+    /// Imports one uncompressed layer; with `tracker`, keeps checkpoints at the ends of its
+    /// members (between a content object's xattrs and the object, there is none).
+    pub fn import_tar(
+        &mut self,
+        repo: &ostree::Repo,
+        reader: impl Read,
+        mut tracker: Option<&mut Tracker>,
+    ) -> Result<()> {
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries().context("reading the layer as tar")? {
             let mut entry = entry.context("reading the layer as tar")?;
-            let raw = entry.path_bytes().into_owned();
-            let shown = String::from_utf8_lossy(&raw).into_owned();
-            let kind = entry.header().entry_type();
-            let path = clean(&shown).map_err(|why| anyhow!("tar member {shown:?} {why}"))?;
-            if kind.is_character_special() || kind.is_block_special() {
-                bail!("tar member {shown:?} is a device node");
-            }
-            if kind.is_fifo() {
-                bail!("tar member {shown:?} is a fifo");
-            }
-            let link = entry.link_name_bytes().map(|l| l.into_owned());
-            if kind.is_hard_link() {
-                let target = String::from_utf8_lossy(link.as_deref().unwrap_or_default());
-                if let Err(why) = clean(&target) {
-                    bail!("tar member {shown:?} is a hardlink to {target:?}, which {why}: it leads out of the image");
+            let end = member_end(&entry);
+            self.entry(repo, &mut entry)?;
+            if let Some(tracker) = tracker.as_deref_mut().filter(|_| self.pending.is_none()) {
+                if let Some(point) = tracker.due(end) {
+                    let xattrs = self.saved_xattrs();
+                    if let Some(record) = super::ImportedLayer::native(&self.tally) {
+                        tracker.save(&point, end, record, xattrs);
+                    }
                 }
             }
-            let Some(rel) = path.strip_prefix(NATIVE_REPO_DIR) else {
-                continue; // The checkout for container runtimes, `var/tmp`, the repo's parents.
-            };
-            let Some(obj) = rel.strip_prefix("objects/") else {
-                continue; // config, refs/, tmp/ and the like: nothing a deployment needs.
-            };
-            if kind.is_dir() {
-                continue;
-            }
-            let context = || format!("importing {NATIVE_REPO_DIR}{rel}");
-            self.member(repo, obj, kind, link.as_deref(), &mut entry)
-                .with_context(context)?;
         }
         if let Some((file, _)) = &self.pending {
             bail!("the layer ends after the xattrs of content object {file}, without the object");
+        }
+        Ok(())
+    }
+
+    fn entry(&mut self, repo: &ostree::Repo, entry: &mut tar::Entry<impl Read>) -> Result<()> {
+        let raw = entry.path_bytes().into_owned();
+        let shown = String::from_utf8_lossy(&raw).into_owned();
+        let kind = entry.header().entry_type();
+        let path = clean(&shown).map_err(|why| anyhow!("tar member {shown:?} {why}"))?;
+        if kind.is_character_special() || kind.is_block_special() {
+            bail!("tar member {shown:?} is a device node");
+        }
+        if kind.is_fifo() {
+            bail!("tar member {shown:?} is a fifo");
+        }
+        let link = entry.link_name_bytes().map(|l| l.into_owned());
+        if kind.is_hard_link() {
+            let target = String::from_utf8_lossy(link.as_deref().unwrap_or_default());
+            if let Err(why) = clean(&target) {
+                bail!("tar member {shown:?} is a hardlink to {target:?}, which {why}: it leads out of the image");
+            }
+        }
+        let Some(rel) = path.strip_prefix(NATIVE_REPO_DIR) else {
+            return Ok(()); // The checkout for container runtimes, `var/tmp`, the repo's parents.
+        };
+        let Some(obj) = rel.strip_prefix("objects/") else {
+            return Ok(()); // config, refs/, tmp/ and the like: nothing a deployment needs.
+        };
+        if kind.is_dir() {
+            return Ok(());
+        }
+        let context = || format!("importing {NATIVE_REPO_DIR}{rel}");
+        self.member(repo, obj, kind, link.as_deref(), entry)
+            .with_context(context)
+    }
+
+    /// The xattrs objects read so far, as checksum → serialized xattrs in hex (for a checkpoint).
+    pub fn saved_xattrs(&self) -> BTreeMap<String, String> {
+        self.xattrs
+            .iter()
+            .map(|(k, v)| (k.clone(), hex::encode(v.data_as_bytes())))
+            .collect()
+    }
+
+    /// Takes back the xattrs objects of a checkpoint; each must hash to its name.
+    pub fn restore_xattrs(&mut self, saved: &BTreeMap<String, String>) -> Result<()> {
+        for (checksum, data) in saved {
+            let data = hex::decode(data).context("the checkpoint's xattrs are not hex")?;
+            ensure!(
+                hex::encode(Sha256::digest(&data)) == *checksum,
+                "the checkpoint's xattrs object {checksum} does not match its name"
+            );
+            self.xattrs.insert(checksum.clone(), xattrs_variant(data));
         }
         Ok(())
     }
@@ -182,12 +223,16 @@ impl NativeLayer {
                 self.xattrs.len() < MAX_XATTRS_SETS,
                 "more than {MAX_XATTRS_SETS} distinct xattrs in one layer"
             );
-            let ty = glib::VariantTy::new("a(ayay)").expect("static variant type");
-            let xattrs = glib::Variant::from_bytes_with_type(&glib::Bytes::from_owned(data), ty);
-            self.xattrs.insert(checksum.clone(), xattrs);
+            self.xattrs.insert(checksum.clone(), xattrs_variant(data));
         }
         Ok(checksum)
     }
+}
+
+/// Serialized xattrs as the variant libostree takes.
+fn xattrs_variant(data: Vec<u8>) -> glib::Variant {
+    let ty = glib::VariantTy::new("a(ayay)").expect("static variant type");
+    glib::Variant::from_bytes_with_type(&glib::Bytes::from_owned(data), ty)
 }
 
 /// Writes the content object `checksum` from its tar member: a regular file (content, owner and
@@ -279,7 +324,7 @@ mod tests {
         repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)?;
         repo.prepare_transaction(gio::Cancellable::NONE)?;
         let mut layer = NativeLayer::default();
-        let imported = layer.import_tar(&repo, data);
+        let imported = layer.import_tar(&repo, data, None);
         repo.abort_transaction(gio::Cancellable::NONE)?;
         imported.map(|()| layer)
     }

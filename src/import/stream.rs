@@ -4,9 +4,12 @@
 
 use std::io::{self, Read};
 use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 
+use super::gz::{GzReader, InflatePoint, Points};
+use crate::blob_reader::Blob;
 use crate::image::Compression;
 
 pub(super) const STREAM_CHUNK: usize = 128 << 10;
@@ -19,30 +22,52 @@ pub fn decompressed_limit(compressed: u64) -> u64 {
     compressed.saturating_mul(32).saturating_add(64 << 20)
 }
 
+/// Where a decompression starts: from the beginning, or from a checkpoint's point (gzip only),
+/// dropping `skip` bytes of output (up to the tar member the import resumes at). With `points`,
+/// a gzip decoder offers points every so many decompressed bytes.
+#[derive(Default)]
+pub(super) struct Start<'a> {
+    pub resume: Option<(&'a InflatePoint, u64)>,
+    pub points: Option<(Arc<Points>, u64)>,
+}
+
 /// Sends the decompressed layer in chunks, then reads the rest of the blob, so that its digest
 /// is checked even when the consumer stopped early.
 pub(super) fn decompress(
-    mut blob: impl Read,
+    mut blob: impl Blob,
     compression: Compression,
     compressed_size: u64,
     tx: SyncSender<Vec<u8>>,
+    start: Start<'_>,
 ) -> Result<()> {
     let limit = decompressed_limit(compressed_size);
     let sent = (|| -> Result<()> {
-        let mut decoder: Box<dyn Read + '_> = match compression {
-            Compression::None => Box::new(&mut blob),
-            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut blob)),
-            Compression::Zstd => {
+        ensure!(
+            start.resume.is_none() || compression == Compression::Gzip,
+            "only a gzip layer resumes from a checkpoint"
+        );
+        let mut total = start.resume.map_or(0, |(point, _)| point.output);
+        let mut skip = start.resume.map_or(0, |(_, skip)| skip);
+        let mut decoder: Box<dyn Read + '_> = match (compression, start.resume) {
+            (Compression::None, _) => Box::new(&mut blob),
+            (Compression::Gzip, None) => Box::new(GzReader::new(&mut blob, start.points)?),
+            (Compression::Gzip, Some((point, _))) => {
+                Box::new(GzReader::resume(&mut blob, point, start.points)?)
+            }
+            (Compression::Zstd, _) => {
                 Box::new(zstd::Decoder::new(&mut blob).context("starting zstd decompression")?)
             }
         };
-        let mut total = 0u64;
         loop {
             let mut chunk = vec![0; STREAM_CHUNK];
             let n = decoder
                 .read(&mut chunk)
                 .context("decompressing the layer")?;
             if n == 0 {
+                ensure!(
+                    skip == 0,
+                    "the layer ends before the checkpoint's tar member"
+                );
                 return Ok(());
             }
             total += n as u64;
@@ -52,6 +77,14 @@ pub(super) fn decompress(
                 );
             }
             chunk.truncate(n);
+            if skip > 0 {
+                let dropped = skip.min(n as u64) as usize;
+                chunk.drain(..dropped);
+                skip -= dropped as u64;
+                if chunk.is_empty() {
+                    continue;
+                }
+            }
             if tx.send(chunk).is_err() {
                 return Ok(()); // The importer stopped; its error says why.
             }
@@ -117,7 +150,9 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::sync_channel(DECOMPRESSED_AHEAD);
         let consumer =
             std::thread::spawn(move || io::copy(&mut ChunkReader::new(rx), &mut io::sink()));
-        let err = decompress(&blob[..], Compression::Gzip, blob.len() as u64, tx).unwrap_err();
+        let start = Start::default();
+        let err =
+            decompress(&blob[..], Compression::Gzip, blob.len() as u64, tx, start).unwrap_err();
         assert!(err.to_string().contains("decompression bomb"), "{err:#}");
         assert!(consumer.join().unwrap().unwrap() <= decompressed_limit(blob.len() as u64));
     }
