@@ -180,8 +180,8 @@ impl RepoImporter {
     /// how far it may decompress): a second thread decompresses it (and checks its digest) while
     /// this one writes objects. The blob is read to its very end even when the import fails
     /// early, because only then is its digest checked: a corrupted blob is reported as one, not
-    /// as whatever the corruption broke first. With `checkpoints` (a gzip layer of a legacy
-    /// image, see [`checkpoint`]), the import resumes from and keeps checkpoints; `blob` then
+    /// as whatever the corruption broke first. With `checkpoints` (a gzip layer, not a derived
+    /// one: see [`checkpoint`]), the import resumes from and keeps checkpoints; `blob` then
     /// starts at the resumed point's input.
     pub fn import_blob(
         &mut self,
