@@ -259,6 +259,20 @@ fn open_spool(path: &Path, size: u64, from: u64) -> io::Result<(Option<File>, Op
     Ok((Some(replay), Some(writer), existing))
 }
 
+/// Frees the first `end` bytes of the spool at `path` (punches them out; the file keeps its
+/// length, so a later run still knows where the download stopped).
+pub(crate) fn free_before(path: &Path, end: u64) -> io::Result<()> {
+    if end == 0 {
+        return Ok(());
+    }
+    let file = std::fs::OpenOptions::new().write(true).open(path)?;
+    let punch = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+        | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    let end = i64::try_from(end).map_err(io::Error::other)?;
+    nix::fcntl::fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), punch, 0, end)?;
+    Ok(())
+}
+
 /// Whether the file's first byte is data, not a hole punched behind an import (see
 /// `crate::spools`): only then can it be replayed from its start. Empty files count as data.
 fn starts_with_data(path: &Path) -> bool {
@@ -393,10 +407,7 @@ mod tests {
         let path = dir.path().join("spools/layer.partial");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, vec![7u8; 64 << 10]).unwrap();
-        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        let punch = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
-            | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
-        nix::fcntl::fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), punch, 0, 32 << 10).unwrap();
+        free_before(&path, 32 << 10).unwrap();
         // From a checkpoint at byte 40 KiB: replayed from there, appended to at the end.
         let (replay, _, offset) = open_spool(&path, 1 << 20, 40 << 10).unwrap();
         assert_eq!(offset, 64 << 10);

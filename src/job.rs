@@ -283,24 +283,21 @@ impl Job {
             from: point.input,
             mark: point.blob.clone(),
         });
-        let reader = match BlobReader::open(
-            &self.runtime,
-            source,
-            &layer.descriptor,
-            spool.as_deref(),
-            resume,
-        ) {
+        let open = |resume| {
+            BlobReader::open(
+                &self.runtime,
+                source,
+                &layer.descriptor,
+                spool.as_deref(),
+                resume,
+            )
+        };
+        let reader = match open(resume) {
             Err(e) if resumed.is_some() => {
                 tracing::info!("layer {}/{count} {digest}: {e}; fetching it again", i + 1);
                 resumed = None;
                 spools.forget(digest);
-                BlobReader::open(
-                    &self.runtime,
-                    source,
-                    &layer.descriptor,
-                    spool.as_deref(),
-                    None,
-                )
+                open(None)
             }
             opened => opened,
         }
@@ -326,9 +323,8 @@ impl Job {
         let size = layer.descriptor.size.max(0) as u64;
         let mut save =
             |checkpoint: &LayerCheckpoint<'_>| spools.save_checkpoint(digest, checkpoint);
-        let checkpoints = checkpointed.then(|| Checkpoints {
+        let checkpoints = checkpointed.then_some(Checkpoints {
             resume,
-            interval: import::checkpoint_interval(size),
             save: &mut save,
         });
         importer

@@ -4,12 +4,12 @@
 //! - **The repo**, before any layer is downloaded (skipped when the commit is already there):
 //!   the objects the layers become, estimated as [`EXPANSION`] × the layers' size, plus the
 //!   download spools of the layers in flight (a layer's bytes are kept from its download until
-//!   it is imported, for a killed run to resume: see `crate::spools`; a layer an earlier run
-//!   imported or spooled needs only the rest). When the objects fit but the spools do not, the pivot goes on without
-//!   spools (a killed run then downloads again) rather than being refused: resuming is worth
-//!   disk only where there is disk to spare. An oscontainer's
-//!   layers hold an archive repo whose file objects are zlib-compressed (the layer compression
-//!   gains little on top), while the node's bare repo stores files as they are: OS content
+//!   it is imported, or only those since its last checkpoint, for a killed run to resume: see
+//!   `crate::spools`; a layer an earlier run imported or spooled needs only the rest). When the
+//!   objects fit but the spools do not, the pivot goes on without spools (a killed run then
+//!   downloads again) rather than being refused: resuming is worth disk only where there is disk
+//!   to spare. An oscontainer's layers hold an archive repo whose file objects are
+//!   zlib-compressed (the layer compression gains little on top), while the node's bare repo stores files as they are: OS content
 //!   typically inflates 2–3× through zlib, so 3× is generous without refusing what fits. Objects
 //!   the repo already shares with the image are not known in advance, so they count too. The
 //!   repo's own `min-free-space` reserve is subtracted from what is free.
@@ -86,9 +86,10 @@ pub fn repo_needs(layers: &[Layer], factor: f64) -> Needs {
         .iter()
         .map(|l| {
             let rest = l.size.saturating_sub(l.spooled);
-            match l.checkpointed {
-                true => rest.min(crate::import::spool_bound(l.size)),
-                false => rest,
+            if l.checkpointed {
+                rest.min(crate::import::spool_bound(l.size))
+            } else {
+                rest
             }
         })
         .collect();

@@ -127,22 +127,8 @@ impl Spools {
         self.write(digest, CHECKPOINT, checkpoint)?;
         let path = self.dir.join(file_name(digest, PARTIAL));
         let end = checkpoint.point.input / 4096 * 4096;
-        if end == 0 {
-            return Ok(());
-        }
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        nix::fcntl::fallocate(
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
-                | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
-            0,
-            end as i64,
-        )
-        .with_context(|| format!("freeing the first {end} bytes of {}", path.display()))?;
-        Ok(())
+        crate::blob_reader::free_before(&path, end)
+            .with_context(|| format!("freeing the first {end} bytes of {}", path.display()))
     }
 
     /// Writes a temporary file and renames it into place.

@@ -357,15 +357,7 @@ fn push_native_one_layer(env: &Env, tree: &pivot_testkit::Tree) -> PushedImage {
     let oci = dir.path().join("oci");
     pivot_testkit::encapsulate(&tool, &repo_path, "os", &oci, Some("encapsulated")).unwrap();
     let oci = oci.join("encapsulated");
-    let blob = |digest: &str| -> serde_json::Value {
-        let path = oci
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"));
-        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-    };
-    let index: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(oci.join("index.json")).unwrap()).unwrap();
-    let manifest = blob(index["manifests"][0]["digest"].as_str().unwrap());
+    let manifest = layout_manifest(&oci);
     let layer_digests: Vec<String> = manifest["layers"]
         .as_array()
         .unwrap()

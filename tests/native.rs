@@ -291,18 +291,10 @@ fn native_images_deploy_from_oci_layouts_and_downloads_keep_their_format() {
 /// The one layer of the `encapsulated` oci dir, as raw tar members.
 fn encapsulated_layer(oci: &OciDirs) -> RawTar {
     let dir = oci.dir.path().join("oci/encapsulated");
-    let blob = |digest: &str| {
-        dir.join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"))
-    };
-    let index: serde_json::Value = serde_json::from_str(&read(&dir.join("index.json"))).unwrap();
-    let manifest: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap(),
-    )
-    .unwrap();
+    let manifest = layout_manifest(&dir);
     let layers = manifest["layers"].as_array().unwrap();
     assert_eq!(layers.len(), 1);
-    let gz = std::fs::File::open(blob(layers[0]["digest"].as_str().unwrap())).unwrap();
+    let gz = std::fs::File::open(layout_blob(&dir, layers[0]["digest"].as_str().unwrap())).unwrap();
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gz));
     let mut raw = RawTar::new();
     for entry in archive.entries().unwrap() {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
@@ -23,17 +23,6 @@ fn skopeo_copy(image: &PushedImage, dest: &str) {
         "skopeo copy to {dest} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// The layout's index.json.
-fn index(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&read(&dir.join("index.json"))).unwrap()
-}
-
-/// The path of the blob `digest` in the layout `dir`.
-fn blob(dir: &Path, digest: &str) -> PathBuf {
-    dir.join("blobs/sha256")
-        .join(digest.strip_prefix("sha256:").unwrap())
 }
 
 fn origin_of(env: &Env, commit: &str) -> String {
@@ -57,7 +46,10 @@ fn an_oci_directory_deploys_without_a_registry() {
     let mut env = Env::new();
     let (v2, _tmp, dir) = v2_in_a_layout(&mut env);
     // skopeo kept the manifest as the registry served it: the same digest names the image.
-    assert_eq!(index(&dir)["manifests"][0]["digest"], v2.digest.as_str());
+    assert_eq!(
+        layout_index(&dir)["manifests"][0]["digest"],
+        v2.digest.as_str()
+    );
 
     let spec = format!("oci:{}:v2", dir.display());
     let out = env.pivot(&[&spec]);
@@ -123,7 +115,7 @@ fn an_oci_archive_deploys_in_place() {
 fn a_changed_byte_in_a_layout_blob_is_refused_and_changes_nothing() {
     let mut env = Env::new();
     let (v2, _tmp, dir) = v2_in_a_layout(&mut env);
-    let layer = blob(&dir, &v2.layer_digests[0]);
+    let layer = layout_blob(&dir, &v2.layer_digests[0]);
     let mut bytes = std::fs::read(&layer).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x01;
@@ -137,7 +129,7 @@ fn a_changed_byte_in_a_layout_blob_is_refused_and_changes_nothing() {
     assert_refused(&env, &[&spec], &["its descriptor declares"]);
 
     // A manifest that does not hash to its index entry's digest (of the same size).
-    let manifest = blob(&dir, &v2.digest);
+    let manifest = layout_blob(&dir, &v2.digest);
     let text = read(&manifest).replacen("schemaVersion", "schemaversion", 1);
     std::fs::write(&manifest, text).unwrap();
     assert_refused(&env, &[&spec], &["digest mismatch", &v2.digest]);

@@ -36,7 +36,7 @@ pub struct LayerCheckpoint<'a> {
 /// Compressed bytes between checkpoints of a layer of `size` compressed bytes: a 64th of it,
 /// within 1–16 MiB. That bounds both the disk a layer in flight holds and the checkpoints'
 /// cost (each rewrites the names of the objects imported so far).
-pub fn checkpoint_interval(size: u64) -> u64 {
+fn checkpoint_interval(size: u64) -> u64 {
     (size / 64).clamp(1 << 20, 16 << 20)
 }
 
@@ -54,7 +54,6 @@ pub type SaveCheckpoint<'a> = &'a mut dyn FnMut(&LayerCheckpoint<'_>) -> Result<
 pub struct Checkpoints<'a> {
     /// Where this run starts: the checkpoint it resumes from, if any.
     pub resume: Option<(InflatePoint, u64)>,
-    pub interval: u64,
     /// Saves a checkpoint; after a failure no more are taken for the layer.
     pub save: SaveCheckpoint<'a>,
 }
@@ -70,38 +69,44 @@ pub(super) struct Tracker<'a> {
 }
 
 impl<'a> Tracker<'a> {
-    pub fn new(checkpoints: Checkpoints<'a>, resume: Option<&(InflatePoint, u64)>) -> Tracker<'a> {
+    /// The tracker of a layer of `size` compressed bytes, resuming from `resume` if any.
+    pub fn new(
+        checkpoints: Checkpoints<'a>,
+        size: u64,
+        resume: Option<&(InflatePoint, u64)>,
+    ) -> Tracker<'a> {
         let (base, last_input) = resume.map_or((0, 0), |(point, member)| (*member, point.input));
         Tracker {
             points: Arc::default(),
             base,
             last_input,
-            interval: checkpoints.interval,
+            interval: checkpoint_interval(size),
             save: Some(checkpoints.save),
         }
     }
 
-    /// The point to save a checkpoint at, when one is due at the end of a tar member (`end`:
-    /// its offset in this run's tar stream).
-    pub fn due(&self, end: u64) -> Option<InflatePoint> {
-        self.save.as_ref()?;
-        let point = self.points.at_or_before(self.base + end)?;
-        (point.input >= self.last_input + self.interval).then_some(point)
-    }
-
-    /// Saves a checkpoint at `point` and the member ending at `end`, with the import's state.
-    pub fn save(
+    /// At the end of a tar member (`end`: its offset in this run's tar stream), saves a
+    /// checkpoint when one is due, with the import's state there: `state` gives its record and,
+    /// for a native layer, its xattrs objects (None: no checkpoint can be taken).
+    pub fn member_end<'r>(
         &mut self,
-        point: &InflatePoint,
         end: u64,
-        importer: ImportedLayer<'_>,
-        xattrs: BTreeMap<String, String>,
+        state: impl FnOnce() -> Option<(ImportedLayer<'r>, BTreeMap<String, String>)>,
     ) {
         let Some(save) = &mut self.save else {
             return;
         };
+        let Some(point) = self.points.at_or_before(self.base + end) else {
+            return;
+        };
+        if point.input < self.last_input + self.interval {
+            return;
+        }
+        let Some((importer, xattrs)) = state() else {
+            return;
+        };
         let checkpoint = LayerCheckpoint {
-            point: Cow::Borrowed(point),
+            point: Cow::Borrowed(&point),
             member: self.base + end,
             importer,
             xattrs,

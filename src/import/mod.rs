@@ -35,7 +35,7 @@ use objects::{write_object, Tally};
 use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
 
 use crate::blob_reader::Blob;
-pub use checkpoint::{checkpoint_interval, spool_bound, Checkpoints, LayerCheckpoint};
+pub use checkpoint::{spool_bound, Checkpoints, LayerCheckpoint};
 pub use stream::decompressed_limit;
 
 const REPO_DIR: &str = "srv/repo/";
@@ -200,7 +200,7 @@ impl RepoImporter {
             ),
             None => None,
         };
-        let mut tracker = checkpoints.map(|c| Tracker::new(c, resume.as_ref()));
+        let mut tracker = checkpoints.map(|c| Tracker::new(c, compressed_size, resume.as_ref()));
         let (tx, rx) = std::sync::mpsc::sync_channel(DECOMPRESSED_AHEAD);
         let start = Start {
             resume: resume.as_ref().map(|(point, _)| point).zip(skip),
@@ -244,11 +244,7 @@ impl RepoImporter {
             let sparse = entry.header().entry_type().is_gnu_sparse();
             self.legacy_member(&mut entry)?;
             if let Some(tracker) = tracker.as_deref_mut().filter(|_| !sparse) {
-                if let Some(point) = tracker.due(end) {
-                    if let Some(record) = self.record() {
-                        tracker.save(&point, end, record, BTreeMap::new());
-                    }
-                }
+                tracker.member_end(end, || Some((self.record()?, BTreeMap::new())));
             }
         }
         Ok(())

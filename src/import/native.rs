@@ -64,12 +64,12 @@ impl NativeLayer {
             let end = member_end(&entry);
             self.entry(repo, &mut entry)?;
             if let Some(tracker) = tracker.as_deref_mut().filter(|_| self.pending.is_none()) {
-                if let Some(point) = tracker.due(end) {
-                    let xattrs = self.saved_xattrs();
-                    if let Some(record) = super::ImportedLayer::native(&self.tally) {
-                        tracker.save(&point, end, record, xattrs);
-                    }
-                }
+                tracker.member_end(end, || {
+                    Some((
+                        super::ImportedLayer::native(&self.tally)?,
+                        self.saved_xattrs(),
+                    ))
+                });
             }
         }
         if let Some((file, _)) = &self.pending {

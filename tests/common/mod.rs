@@ -226,6 +226,26 @@ pub fn assert_fails_with(out: &Output, needles: &[&str]) {
     }
 }
 
+/// The index.json of the OCI layout `dir`.
+pub fn layout_index(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&read(&dir.join("index.json"))).unwrap()
+}
+
+/// The path of the blob `digest` in the OCI layout `dir`.
+pub fn layout_blob(dir: &Path, digest: &str) -> PathBuf {
+    dir.join("blobs/sha256")
+        .join(digest.strip_prefix("sha256:").unwrap())
+}
+
+/// The manifest the OCI layout `dir`'s index names first.
+pub fn layout_manifest(dir: &Path) -> serde_json::Value {
+    let digest = layout_index(dir)["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    serde_json::from_str(&read(&layout_blob(dir, &digest))).unwrap()
+}
+
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
