@@ -52,13 +52,7 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
     let by_digest = format!("{}@{}", info.image.name(), info.digest);
     if info.format == Format::Native {
         let origin = glib::KeyFile::new();
-        let reference = match info.image.layout_path() {
-            None => format!("{NATIVE_ORIGIN_TRANSPORT}{by_digest}"),
-            Some(_) => format!(
-                "{NATIVE_LAYOUT_TRANSPORT}{}",
-                info.image.with_digest_dropped()
-            ),
-        };
+        let reference = native_reference(info.image, info.digest);
         origin.set_string("origin", "container-image-reference", &reference);
         pivot_group(&origin, info, &by_digest);
         return origin;
@@ -76,6 +70,15 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
     origin.set_string("origin", "custom-description", &description);
     pivot_group(&origin, info, &by_digest);
     origin
+}
+
+/// The `container-image-reference` of an ostree-native image's deployment: the registry image
+/// by digest, or an OCI layout by its path and tag (that transport cannot name a digest).
+pub fn native_reference(image: &ImageRef, digest: &str) -> String {
+    match image.layout_path() {
+        None => format!("{NATIVE_ORIGIN_TRANSPORT}{}@{digest}", image.name()),
+        Some(_) => format!("{NATIVE_LAYOUT_TRANSPORT}{}", image.with_digest_dropped()),
+    }
 }
 
 /// pivot's own group: the image by digest, the pullspec as given and the image's version label,
@@ -179,6 +182,15 @@ fn clean_up(sysroot: &ostree::Sysroot) {
         .context("removing unused deployments")
         .and_then(|()| {
             let repo = sysroot.repo();
+            let collected = crate::store::gc(sysroot, &repo).context("pruning the image store")?;
+            if !collected.images.is_empty() || collected.layers > 0 {
+                tracing::info!(
+                    "dropped the refs of {} images no deployment uses ({}) and of {} layers no image needs",
+                    collected.images.len(),
+                    collected.images.join(", "),
+                    collected.layers
+                );
+            }
             crate::prune::prune(sysroot, &repo).context("pruning the repo")
         });
     match cleaned {

@@ -8,6 +8,8 @@ use ostree::gio::prelude::FileExt;
 use ostree::{gio, glib};
 use serde::Serialize;
 
+use crate::store::ContainerCommit;
+
 /// The scheme of the origin's `custom-url`, as openshift/pivot wrote it.
 pub const ORIGIN_SCHEME: &str = "pivot://";
 /// The transport of an ostree-native deployment's `container-image-reference`, as bootc and
@@ -23,8 +25,18 @@ pub struct DeploymentInfo {
     pub serial: i32,
     /// The commit's `version` metadata, else the image's `version` label recorded at pivot time.
     pub version: Option<String>,
-    /// `host/path@sha256:…` this deployment was pivoted from, if pivot (or openshift/pivot) made it.
+    /// `host/path@sha256:…` this deployment was pivoted from, if pivot (or openshift/pivot) made it;
+    /// for an ostree-native deployment (whoever made it), its image with the manifest digest.
     pub image: Option<String>,
+    /// For an ostree-native deployment: the digest of the manifest its commit was made from
+    /// (`ostree.manifest-digest` of the merge commit, as bootc status shows it).
+    pub manifest_digest: Option<String>,
+    /// For an ostree-native deployment: when the image was made (its merge commit's time), in
+    /// seconds since the epoch.
+    pub timestamp: Option<u64>,
+    /// For an ostree-native deployment: the image's `ostree.commit`, the base of its merge commit.
+    #[serde(skip)]
+    pub base_commit: Option<String>,
     /// The pullspec pivot deployed this from, as it was given (tag included).
     #[serde(skip)]
     pub pullspec: Option<String>,
@@ -40,9 +52,22 @@ pub struct DeploymentInfo {
 }
 
 impl DeploymentInfo {
-    /// The digest part of `image`.
+    /// The digest of the image this deployment came from: the origin's, else its commit's.
     pub fn image_digest(&self) -> Option<&str> {
-        self.image.as_deref()?.rsplit_once('@').map(|(_, d)| d)
+        let origin = self.image.as_deref().and_then(|i| i.rsplit_once('@'));
+        origin.map(|(_, d)| d).or(self.manifest_digest.as_deref())
+    }
+
+    /// Whether this deployment came from the image `digest` (the pullspec's, or its platform
+    /// manifest's): as its origin names it, or as its merge commit records it.
+    pub fn has_digest(&self, digest: &str) -> bool {
+        let origin = self.image.as_deref().and_then(|i| i.rsplit_once('@'));
+        origin.is_some_and(|(_, d)| d == digest) || self.manifest_digest.as_deref() == Some(digest)
+    }
+
+    /// Whether this deployment is `commit`, or was made from it (the base of its merge commit).
+    pub fn has_commit(&self, commit: &str) -> bool {
+        self.checksum == commit || self.base_commit.as_deref() == Some(commit)
     }
 }
 
@@ -82,11 +107,30 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
                 .as_ref()
                 .and_then(|o| o.string("pivot", "version").ok())
                 .map(|v| v.to_string());
+            let container = ContainerCommit::read(&repo, &checksum)?;
+            let manifest_digest = container.as_ref().map(|c| c.manifest_digest.clone());
+            let image = origin.as_ref().and_then(origin_image).or_else(|| {
+                // A native origin by tag (bootc switch, rpm-ostree rebase): the tag plus the
+                // digest its commit records.
+                let reference = origin
+                    .as_ref()?
+                    .string("origin", "container-image-reference")
+                    .ok()?;
+                let image = crate::store::image_of_origin(&reference)?;
+                let name = image.strip_prefix("docker://").unwrap_or(&image);
+                Some(format!("{name}@{}", manifest_digest.as_deref()?))
+            });
             Ok(DeploymentInfo {
                 stateroot: d.osname().to_string(),
                 version: commit_version(&repo, &checksum)?.or(label_version),
                 pullspec,
-                image: origin.as_ref().and_then(origin_image),
+                image,
+                timestamp: container.as_ref().map(|c| c.timestamp),
+                base_commit: container
+                    .as_ref()
+                    .and_then(|c| c.label(crate::image::NATIVE_COMMIT_LABEL))
+                    .map(str::to_string),
+                manifest_digest,
                 serial: d.deployserial(),
                 booted: booted.as_ref().is_some_and(|b| b.equal(d)),
                 staged: d.is_staged(),
@@ -112,7 +156,11 @@ pub fn commit_version(repo: &ostree::Repo, checksum: &str) -> Result<Option<Stri
         return Ok(None);
     };
     let metadata = glib::VariantDict::new(Some(&commit.child_value(0)));
-    Ok(metadata.lookup::<String>("version").ok().flatten())
+    if let Some(version) = metadata.lookup::<String>("version").ok().flatten() {
+        return Ok(Some(version));
+    }
+    // An image's merge commit has no version of its own: its image config has.
+    Ok(ContainerCommit::read(repo, checksum)?.and_then(|c| c.version().map(str::to_string)))
 }
 
 /// `host/path@digest` (or `oci:/path@digest`) of the image a deployment came from: what pivot

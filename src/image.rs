@@ -66,6 +66,12 @@ pub struct OsImage {
     pub base_commit: Option<String>,
     pub version: Option<String>,
     pub layers: Vec<Layer>,
+    /// The platform manifest's digest, its JSON and the config's JSON: what an ostree-native
+    /// image's merge commit records (see [`crate::store`]). Empty for an image read back from
+    /// the repo rather than from its source.
+    pub manifest_digest: String,
+    pub manifest_json: String,
+    pub config_json: String,
 }
 
 impl OsImage {
@@ -169,7 +175,20 @@ impl OsImage {
             base_commit: base_commit.map(|(_, c)| c),
             version,
             layers,
+            manifest_digest: resolved.manifest_digest.clone(),
+            manifest_json: resolved.json.clone(),
+            // Parsed as JSON above, so UTF-8.
+            config_json: String::from_utf8_lossy(config_json).into_owned(),
         })
+    }
+
+    /// The metadata of the image's merge commit.
+    pub fn store_meta(&self) -> crate::store::ImageMeta<'_> {
+        crate::store::ImageMeta {
+            manifest_digest: &self.manifest_digest,
+            manifest_json: &self.manifest_json,
+            config_json: &self.config_json,
+        }
     }
 }
 
@@ -291,6 +310,7 @@ mod tests {
         let resolved = ResolvedManifest {
             digest: format!("sha256:{}", "3".repeat(64)),
             manifest_digest: format!("sha256:{}", "3".repeat(64)),
+            json: manifest.to_string(),
             manifest: serde_json::from_value(manifest).unwrap(),
         };
         let config = serde_json::json!({"config": {"Labels": labels}});

@@ -23,6 +23,7 @@ use crate::reference::ImageRef;
 use crate::source::Source;
 use crate::space;
 use crate::spools::Spools;
+use crate::store;
 
 /// The part of a pivot that runs on one blocking thread, owning the libostree objects.
 pub(crate) struct Job {
@@ -77,15 +78,9 @@ impl Job {
             bail!("the deployments changed while waiting for the sysroot lock; run pivot again");
         }
         let repo = sysroot.repo();
-        let commit = match self.os.commit_label.as_deref() {
-            Some(c) if import::verify_complete(&repo, c).is_ok() => {
-                tracing::info!("commit {c} is already in the repo: nothing to download");
-                // A run killed right after committing the import left the mark on; it is whole.
-                repo.mark_commit_partial(c, false)
-                    .with_context(|| format!("marking commit {c} complete"))?;
-                c.to_string()
-            }
-            _ => {
+        let commit = match self.present(&repo)? {
+            Some(commit) => commit,
+            None => {
                 let spooling = self.check_space(&repo)?;
                 self.import(&repo, spooling)
                     .with_context(|| format!("pulling {}", self.pullspec))?
@@ -123,6 +118,86 @@ impl Job {
         Ok(Some((commit, Some(deployed))))
     }
 
+    /// The commit to deploy when the repo has all it needs already (nothing to download): the
+    /// image's commit (legacy, or read back from a `--download-only` ref), or for an
+    /// ostree-native image its merge commit, imported before under the same reference (by pivot,
+    /// rpm-ostree or bootc), else written now on its commit when that is complete and the image
+    /// has no derived layers.
+    fn present(&self, repo: &ostree::Repo) -> Result<Option<String>> {
+        let native = self.os.format == Format::Native && !self.os.layers.is_empty();
+        if native {
+            let image = self.store_image();
+            let name = store::image_ref(&image)?;
+            if let Some(merge) = repo.resolve_rev(&name, true)? {
+                let same = store::ContainerCommit::read(repo, &merge)?
+                    .is_some_and(|c| c.manifest_digest == self.os.manifest_digest);
+                if same && import::verify_complete(repo, &merge).is_ok() {
+                    tracing::info!(
+                        "{image} is already in the repo as {merge}: nothing to download"
+                    );
+                    unmark_partial(repo, &merge)?;
+                    return Ok(Some(merge.to_string()));
+                }
+            }
+        }
+        let Some(commit) = self.os.commit_label.as_deref() else {
+            return Ok(None);
+        };
+        if import::verify_complete(repo, commit).is_err() {
+            return Ok(None);
+        }
+        tracing::info!("commit {commit} is already in the repo: nothing to download");
+        // A run killed right after committing the import left the mark on; it is whole.
+        unmark_partial(repo, commit)?;
+        if !native {
+            return Ok(Some(commit.to_string()));
+        }
+        let tx = repo
+            .auto_transaction(gio::Cancellable::NONE)
+            .context("starting a repo transaction")?;
+        let merge = self.write_store(repo, commit, None, &[], &store::Filtered::new())?;
+        tx.commit(gio::Cancellable::NONE)
+            .context("committing the image's merge commit")?;
+        Ok(Some(merge))
+    }
+
+    /// The image reference of the store (see [`crate::store`]): the one the deployment's
+    /// origin names.
+    fn store_image(&self) -> String {
+        let reference = deploy::native_reference(&self.image, &self.os.digest);
+        store::image_of_origin(&reference).expect("pivot's origins name a store image")
+    }
+
+    /// Writes the store's refs and the merge commit of an ostree-native image into the open
+    /// transaction: each layer's ref (layer 0 on `base`, the others on `layer_commits`), the
+    /// merge commit on `derived` (the tree with the derived layers applied) or `base`'s tree,
+    /// and the image's ref on it. Returns the merge commit.
+    fn write_store(
+        &self,
+        repo: &ostree::Repo,
+        base: &str,
+        derived: Option<&ostree::RepoFile>,
+        layer_commits: &[(String, String)],
+        filtered: &store::Filtered,
+    ) -> Result<String> {
+        let first = &self.os.layers[0].descriptor.digest;
+        let layers = std::iter::once((first.as_str(), base))
+            .chain(layer_commits.iter().map(|(d, c)| (d.as_str(), c.as_str())));
+        for (digest, commit) in layers {
+            repo.transaction_set_ref(None, &store::layer_ref(digest)?, Some(commit));
+        }
+        let root = match derived {
+            Some(root) => root.clone(),
+            None => store::commit_root(repo, base)?,
+        };
+        let merge = store::write_merge_commit(repo, &root, &self.os.store_meta(), filtered)?;
+        if derived.is_some() {
+            import::verify_complete(repo, &merge)?;
+        }
+        repo.transaction_set_ref(None, &store::image_ref(&self.store_image())?, Some(&merge));
+        Ok(merge)
+    }
+
     /// Whether the import of `layer` keeps checkpoints (see `import::checkpoint`).
     fn checkpointed(&self, layer: &Layer) -> bool {
         !layer.derived && layer.compression == Compression::Gzip
@@ -133,19 +208,19 @@ impl Job {
     fn check_space(&self, repo: &ostree::Repo) -> Result<bool> {
         // As people know it (libostree's own path for the repo is a /proc/self/fd one).
         let repo_path = self.sysroot.join("ostree/repo");
-        let layers: Vec<space::Layer> = self
-            .os
-            .layers
-            .iter()
-            .map(|l| {
-                let size = l.descriptor.size.max(0) as u64;
-                space::Layer {
-                    size,
-                    spooled: Spools::held(&repo_path, &l.descriptor.digest, size),
-                    checkpointed: self.checkpointed(l),
-                }
-            })
-            .collect();
+        let mut layers = Vec::new();
+        // Layers the store holds already are not fetched, and need no room.
+        for (i, l) in self.os.layers.iter().enumerate() {
+            if stored_layer(repo, &self.os, i)?.is_some() {
+                continue;
+            }
+            let size = l.descriptor.size.max(0) as u64;
+            layers.push(space::Layer {
+                size,
+                spooled: Spools::held(&repo_path, &l.descriptor.digest, size),
+                checkpointed: self.checkpointed(l),
+            });
+        }
         let remote = self.source.as_ref().is_some_and(Source::is_remote);
         space::check_repo(repo, &repo_path, &layers, self.partial_downloads && remote)
     }
@@ -184,22 +259,47 @@ impl Job {
             .collect();
         self.progress.start(&self.pullspec, &self.os.digest, &sizes);
         let mut importer = RepoImporter::new(repo.clone(), self.os.format, false);
+        let mut layer_commits = Vec::new();
+        let mut filtered = store::Filtered::new();
         // Merged in layer order, so a later layer's config or ref wins as it would in a
         // sequential import.
-        for layer in self.import_each_layer(repo, spools)? {
-            importer.absorb(layer)?;
+        for (layer, imported) in self
+            .os
+            .layers
+            .iter()
+            .zip(self.import_each_layer(repo, spools)?)
+        {
+            let digest = &layer.descriptor.digest;
+            if let Some(commit) = &imported.layer_commit {
+                layer_commits.push((digest.clone(), commit.clone()));
+            }
+            if !imported.filtered().is_empty() {
+                filtered.insert(digest.clone(), imported.filtered().clone());
+            }
+            importer.absorb(imported)?;
         }
         let (written, skipped) = importer.counts();
-        let commit = importer.finish(&self.os)?;
-        // Committing moves the objects into place one by one: until it is done, the commit is
-        // marked partial, so that after a kill in between neither fsck nor the next run takes
-        // the commit for a whole one.
-        repo.mark_commit_partial(&commit, true)
-            .context("marking the commit partial")?;
+        let finished = importer.finish(&self.os)?;
+        let mut commits = vec![finished.commit.clone()];
+        if self.os.format == Format::Native {
+            let derived = finished.derived.as_ref();
+            let merge =
+                self.write_store(repo, &finished.commit, derived, &layer_commits, &filtered)?;
+            commits.insert(0, merge);
+        }
+        // Committing moves the objects into place one by one: until it is done, the commits
+        // are marked partial, so that after a kill in between neither fsck nor the next run
+        // takes a commit for a whole one.
+        for commit in &commits {
+            repo.mark_commit_partial(commit, true)
+                .context("marking the commit partial")?;
+        }
         tx.commit(gio::Cancellable::NONE)
             .context("committing the imported objects")?;
-        repo.mark_commit_partial(&commit, false)
-            .context("marking the commit complete")?;
+        for commit in &commits {
+            unmark_partial(repo, commit)?;
+        }
+        let commit = commits.swap_remove(0);
         tracing::info!("imported {commit}: {written} objects written, {skipped} already present");
         Ok(commit)
     }
@@ -254,9 +354,19 @@ impl Job {
             .as_ref()
             .context("no image source to fetch the layers from")?;
         let count = self.os.layers.len();
+        let native = self.os.format == Format::Native;
+        if let Some(commit) = stored_layer(repo, &self.os, i)? {
+            tracing::info!(
+                "layer {}/{count} {digest} is in the repo already ({commit}): not fetched",
+                i + 1
+            );
+            self.progress.bytes(i, layer.descriptor.size.max(0) as u64);
+            return Ok(RepoImporter::new(repo.clone(), self.os.format, false));
+        }
         if let Some(record) = spools.imported(digest) {
             match RepoImporter::from_record(repo.clone(), self.os.format, record) {
                 Ok(mut importer) => {
+                    importer.layer_commit = importer.write_layer_commit(i == 0)?;
                     importer.forget_objects();
                     tracing::info!(
                         "layer {}/{count} {digest} was imported by an earlier run: not fetched again",
@@ -314,7 +424,8 @@ impl Job {
             }
             None => {
                 let mut importer = RepoImporter::new(repo.clone(), self.os.format, layer.derived);
-                if spools.enabled() {
+                // A native layer's content objects make its object set (see crate::store).
+                if spools.enabled() || native {
                     importer.record_objects();
                 }
                 (importer, None)
@@ -330,9 +441,10 @@ impl Job {
         importer
             .import_blob(reader, layer.compression, size, checkpoints)
             .with_context(context)?;
+        importer.layer_commit = importer.write_layer_commit(i == 0).with_context(context)?;
         // The layer's objects are staged: a run killed before the transaction commits finds
         // them there and, with this record, need not fetch the layer again.
-        if let Some(record) = importer.record() {
+        if let Some(record) = importer.record().filter(|_| spools.enabled()) {
             if let Err(e) = spools.save(digest, &record) {
                 tracing::warn!("{e:#}; the download stays spooled instead");
             }
@@ -372,6 +484,25 @@ impl Job {
             }
         }
     }
+}
+
+/// The commit under which the store (see [`crate::store`]) keeps layer `i` of `os`, whole: a
+/// component layer of an ostree-native image that an earlier import (pivot's, rpm-ostree's,
+/// bootc's) left with every content object it carried. Such a layer need not be fetched. The
+/// commit layer and derived layers are always fetched unless the whole image is present.
+pub(crate) fn stored_layer(repo: &ostree::Repo, os: &OsImage, i: usize) -> Result<Option<String>> {
+    let layer = &os.layers[i];
+    if os.format != Format::Native || i == 0 || layer.derived {
+        return Ok(None);
+    }
+    let commit = store::layer_commit(repo, &layer.descriptor.digest)?;
+    Ok(commit.filter(|c| import::verify_complete(repo, c).is_ok()))
+}
+
+/// Clears the partial mark of `commit` (it is whole).
+fn unmark_partial(repo: &ostree::Repo, commit: &str) -> Result<()> {
+    repo.mark_commit_partial(commit, false)
+        .with_context(|| format!("marking commit {commit} complete"))
 }
 
 /// The ref that keeps a `--download-only` commit, named after the image digest it came from

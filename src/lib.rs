@@ -1,7 +1,8 @@
 //! pivot: move an OSTree node onto the OS inside an oscontainer image.
 //!
 //! One module per stage: [`reference`] → [`source`] ([`registry`] or [`layout`]) → [`image`] → [`import`] → [`deploy`] →
-//! [`state`]; [`space`] checks free space before the import and the deployment; [`status`]
+//! [`state`]; [`store`] keeps ostree-rs-ext's container store (the refs and merge commit rpm-ostree
+//! and bootc read); [`space`] checks free space before the import and the deployment; [`status`]
 //! reads deployments and state, [`confirm`] checks at boot that a pivot took effect; [`cli`],
 //! [`logging`], [`events`] and [`reboot`] are the
 //! edges to people, journald and systemd.
@@ -34,3 +35,4 @@ pub mod space;
 mod spools;
 pub mod state;
 pub mod status;
+pub mod store;

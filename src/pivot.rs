@@ -139,8 +139,7 @@ pub(crate) fn find_at_target<'d>(
         .iter()
         .filter(|d| d.booted || d.staged || d.default)
         .find(|d| {
-            digest.is_some_and(|x| d.image_digest() == Some(x))
-                || commit.is_some_and(|c| d.checksum == c)
+            digest.is_some_and(|x| d.has_digest(x)) || commit.is_some_and(|c| d.has_commit(c))
         })
 }
 
@@ -293,7 +292,10 @@ impl Run<'_> {
         let image = self.image.with_digest(&resolved.digest);
         self.attempt.digest = Some(resolved.digest.clone());
         self.target.digest = resolved.digest.clone();
-        if let Some(hit) = self.local.at_target(Some(&resolved.digest), None) {
+        let hit = [&resolved.digest, &resolved.manifest_digest]
+            .into_iter()
+            .find_map(|digest| self.local.at_target(Some(digest), None));
+        if let Some(hit) = hit {
             return self.settle(hit.clone());
         }
         let config = source
@@ -411,6 +413,9 @@ impl Run<'_> {
                     commit_label: Some(commit.to_string()),
                     base_commit: None,
                     layers: Vec::new(),
+                    manifest_digest: String::new(),
+                    manifest_json: String::new(),
+                    config_json: String::new(),
                 }));
             }
             Ok(None)
@@ -420,20 +425,25 @@ impl Run<'_> {
 
     /// `--check`: what a pivot to `os` would change, on stdout, from the manifest and config alone.
     async fn report_update(&self, image: &ImageRef, os: &OsImage) -> Result<Outcome> {
-        let (sysroot, commit) = (self.opts.sysroot.clone(), os.commit_label.clone());
-        let have = tokio::task::spawn_blocking(move || -> Result<bool> {
+        let (sysroot, target) = (self.opts.sysroot.clone(), os.clone());
+        let (have, stored) = tokio::task::spawn_blocking(move || -> Result<(bool, Vec<bool>)> {
             let repo = deployments::open_sysroot(&sysroot)?.repo();
-            Ok(commit.is_some_and(|c| import::verify_complete(&repo, &c).is_ok()))
+            let commit = target.commit_label.as_deref();
+            let have = commit.is_some_and(|c| import::verify_complete(&repo, c).is_ok());
+            let stored = (0..target.layers.len())
+                .map(|i| Ok(crate::job::stored_layer(&repo, &target, i)?.is_some()))
+                .collect::<Result<_>>()?;
+            Ok((have, stored))
         })
         .await??;
-        let bytes: u64 = match have {
-            true => 0,
-            false => os
-                .layers
-                .iter()
-                .map(|l| l.descriptor.size.max(0) as u64)
-                .sum(),
-        };
+        let fetched: Vec<u64> = os
+            .layers
+            .iter()
+            .zip(&stored)
+            .filter(|(_, stored)| !have && !**stored)
+            .map(|(l, _)| l.descriptor.size.max(0) as u64)
+            .collect();
+        let bytes: u64 = fetched.iter().sum();
         let current = &self.local.current;
         println!("update available: {}", image.pinned_or_tagged());
         println!(
@@ -447,14 +457,17 @@ impl Run<'_> {
             (None, None) => "named by the image's repository".into(),
         };
         println!("  commit:  {commit} (now {})", current.checksum);
+        let reused = stored.iter().filter(|s| **s).count();
         println!(
             "  download: {} in {} layer(s){}",
             crate::progress::human(bytes),
-            if have { 0 } else { os.layers.len() },
+            fetched.len(),
             if have {
-                ", the commit is already in the repo"
+                ", the commit is already in the repo".to_string()
+            } else if reused > 0 {
+                format!(", {reused} layer(s) already in the repo")
             } else {
-                ""
+                String::new()
             }
         );
         Ok(Outcome::Update)

@@ -6,6 +6,7 @@
 //!   "sysroot": "/",
 //!   "deployments": [ { "stateroot": "fedora-coreos", "checksum": "<64 hex>", "serial": 0,
 //!                      "version": "2" | null, "image": "host/path@sha256:…" | null,
+//!                      "manifest_digest": "sha256:…" | null, "timestamp": <unix s> | null,
 //!                      "booted": bool, "staged": bool, "default": bool, "rollback": bool } ],
 //!   "pivot": { "<stateroot>": { "target": "<pullspec>" | null, "attempts": 1,
 //!              "last": { "pullspec": "…", "source": "file" | "argument", "started": <unix s>,
@@ -101,6 +102,12 @@ pub fn render(status: &Status) -> String {
             "Version",
             d.version.as_deref().unwrap_or("(none)"),
         );
+        if let Some(digest) = &d.manifest_digest {
+            field(&mut out, "Digest", digest);
+        }
+        if let Some(timestamp) = d.timestamp {
+            field(&mut out, "Timestamp", &format_utc(timestamp));
+        }
         field(&mut out, "Commit", &d.checksum);
         field(
             &mut out,
@@ -200,6 +207,9 @@ mod golden {
             serial,
             version: Some(version.into()),
             image: image.map(str::to_string),
+            manifest_digest: None,
+            timestamp: None,
+            base_commit: None,
             pullspec: None,
             booted: false,
             staged: false,
@@ -213,6 +223,9 @@ mod golden {
     fn sample() -> Status {
         let mut v3 = deployment(0, "3", None);
         v3.image = Some(format!("quay.io/os/node@sha256:{}", "c".repeat(64)));
+        // An ostree-native image: its merge commit records the manifest digest and the time.
+        v3.manifest_digest = Some(format!("sha256:{}", "e".repeat(64)));
+        v3.timestamp = Some(1_795_000_000);
         v3.staged = true;
         let mut v2 = deployment(0, "2", None);
         v2.image = Some(format!("quay.io/os/node@sha256:{}", "b".repeat(64)));

@@ -173,7 +173,7 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
         if trigger == Trigger::BeforeStateSave {
             assert_eq!(run.ended, Ended::Killed, "{context}");
             assert_eq!(
-                env.deployed()[0],
+                env.deployed_images()[0],
                 image.commit,
                 "the deployment was made before the kill: {context}"
             );
@@ -193,7 +193,7 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
         if matches!(trigger, Trigger::LastLayer(_)) && late {
             break run;
         }
-        if env.deployed()[0] == image.commit {
+        if env.deployed_images()[0] == image.commit {
             undeploy_target(&env, &image);
         }
     };
@@ -236,7 +236,7 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
         "{err}"
     );
     assert_eq!(
-        env.deployed(),
+        env.deployed_images(),
         [image.commit.clone(), env.sysroot.commit_v1().to_string()]
     );
     assert_node_sound(&env, &image, "after the converging run");
@@ -310,7 +310,7 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
         }
     }
     assert_eq!(
-        env.deployed(),
+        env.deployed_images(),
         [image.commit.clone(), env.sysroot.commit_v1().to_string()]
     );
     assert_node_sound(&env, &image, "after the converging run");
@@ -434,7 +434,7 @@ fn kill_inside_the_layer_and_resume(mut env: Env, image: &PushedImage) {
         total - spool.len()
     );
     assert_eq!(
-        env.deployed(),
+        env.deployed_images(),
         [image.commit.clone(), env.sysroot.commit_v1().to_string()]
     );
     assert_node_sound(&env, image, "after the resumed run");
@@ -458,7 +458,7 @@ fn kill_inside_the_layer_and_resume(mut env: Env, image: &PushedImage) {
     );
     assert!(!err.contains("resumes from a checkpoint"), "{err}");
     assert_eq!(
-        env.deployed(),
+        env.deployed_images(),
         [image.commit.clone(), env.sysroot.commit_v1().to_string()]
     );
     assert_node_sound(&env, image, "after the run that could not resume");
@@ -495,8 +495,9 @@ fn push_big_v2(env: &Env) -> PushedImage {
 /// Takes the sysroot back to v1 alone: undeploys the target and prunes its commit, so the next
 /// run imports it again.
 fn undeploy_target(env: &Env, image: &PushedImage) {
-    assert_eq!(env.deployed()[0], image.commit);
+    assert_eq!(env.deployed_images()[0], image.commit);
     env.undeploy(0);
+    env.drop_store_refs();
     assert_eq!(env.deployed(), [env.sysroot.commit_v1().to_string()]);
     assert!(
         !env.has_commit(&image.commit),
@@ -568,8 +569,9 @@ fn assert_node_sound(env: &Env, image: &PushedImage, context: &str) {
             resolved.display()
         );
         let dir = resolved.file_name().unwrap().to_string_lossy().into_owned();
+        let deployed = env.image_commit(dir.split('.').next().unwrap());
         assert!(
-            commits.iter().any(|c| dir.starts_with(&format!("{c}."))),
+            commits.contains(&deployed.as_str()),
             "{name}: deployment {dir} is neither v1 nor the target {context}"
         );
     }

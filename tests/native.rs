@@ -93,33 +93,16 @@ fn push_native_images(env: &Env, oci: &OciDirs) -> NativeImages {
     }
 }
 
-fn origin_of(env: &Env, commit: &str) -> String {
-    read(&env.sysroot.path.join(format!(
-        "ostree/deploy/{STATEROOT}/deploy/{commit}.0.origin"
-    )))
-}
-
-fn fsck(env: &Env) {
-    let out = Command::new("ostree")
-        .arg("fsck")
-        .arg(format!("--repo={}", env.sysroot.repo_path().display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ostree fsck:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Deploys `name` and checks the deployment is v2's commit, with v2's files and a native origin.
 fn assert_deploys(env: &Env, images: &NativeImages, name: &str) {
     let out = env.pivot(&[&images.pullspec(env, name)]);
     assert_success(&out);
     let status = env.status_json();
     let new = &status["deployments"][0];
-    assert_eq!(new["checksum"], images.commit.as_str(), "{status:#}");
+    let deployed = new["checksum"].as_str().unwrap();
+    // The image's merge commit (see crate::store), made from its commit.
+    assert_eq!(env.image_commit(deployed), images.commit, "{status:#}");
+    assert_ne!(deployed, images.commit, "{status:#}");
     assert_eq!(new["version"], "2");
     assert_eq!(
         new["image"],
@@ -133,7 +116,7 @@ fn assert_deploys(env: &Env, images: &NativeImages, name: &str) {
     let deployment = env.deployment(0);
     assert_eq!(read(&deployment.join("usr/share/pivot/v2-marker")), "v2\n");
     assert!(read(&deployment.join("usr/lib/os-release")).contains("VERSION=\"2\""));
-    let origin = origin_of(env, &images.commit);
+    let origin = origin_of(env, deployed);
     assert!(
         origin.contains(&format!(
             "container-image-reference=ostree-unverified-registry:{}\n",
@@ -142,7 +125,7 @@ fn assert_deploys(env: &Env, images: &NativeImages, name: &str) {
         "{origin}"
     );
     assert!(origin.contains("[pivot]"), "{origin}");
-    fsck(env);
+    assert_fsck_clean(env);
 }
 
 #[test]
@@ -227,7 +210,7 @@ fn native_images_deploy_encapsulated_chunked_and_derived() {
         )),
         "{origin}"
     );
-    fsck(&derived);
+    assert_fsck_clean(&derived);
     // The same image again is a no-op, and a pivot of it elsewhere makes the same commit.
     let before = derived.sysroot.snapshot().unwrap();
     assert_success(&derived.pivot(&[&images.pullspec(&derived, "derived")]));
@@ -251,12 +234,13 @@ fn native_images_deploy_from_oci_layouts_and_downloads_keep_their_format() {
     assert_success(&out);
     let status = env.status_json();
     let new = &status["deployments"][0];
-    assert_eq!(new["checksum"], oci.commit.as_str(), "{status:#}");
+    let deployed = new["checksum"].as_str().unwrap().to_string();
+    assert_eq!(env.image_commit(&deployed), oci.commit, "{status:#}");
     assert_eq!(
         new["image"],
         format!("oci:{}@{}", path.display(), oci.digests["chunked"]).as_str()
     );
-    let origin = origin_of(&env, &oci.commit);
+    let origin = origin_of(&env, &deployed);
     assert!(
         origin.contains(&format!(
             "container-image-reference=ostree-unverified-image:oci:{}\n",
@@ -268,7 +252,7 @@ fn native_images_deploy_from_oci_layouts_and_downloads_keep_their_format() {
         read(&env.deployment(0).join("usr/share/pivot/v2-marker")),
         "v2\n"
     );
-    fsck(&env);
+    assert_fsck_clean(&env);
 
     // A native download deployed later, without the registry, gets the native origin.
     let mut env = Env::new();
@@ -278,7 +262,7 @@ fn native_images_deploy_from_oci_layouts_and_downloads_keep_their_format() {
     let pinned = images.pinned(&env, "encapsulated");
     env.registry.stop();
     assert_success(&env.pivot(&[&pinned]));
-    let origin = origin_of(&env, &oci.commit);
+    let origin = origin_of(&env, &env.deployed()[0]);
     assert!(
         origin.contains(&format!(
             "container-image-reference=ostree-unverified-registry:{pinned}\n"

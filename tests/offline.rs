@@ -25,12 +25,6 @@ fn skopeo_copy(image: &PushedImage, dest: &str) {
     );
 }
 
-fn origin_of(env: &Env, commit: &str) -> String {
-    read(&env.sysroot.path.join(format!(
-        "ostree/deploy/{STATEROOT}/deploy/{commit}.0.origin"
-    )))
-}
-
 /// v2 copied into an `oci:` directory as `:v2`, and the registry stopped.
 fn v2_in_a_layout(env: &mut Env) -> (PushedImage, tempfile::TempDir, PathBuf) {
     let v2 = env.push_v2();

@@ -41,6 +41,9 @@ fuzz_target!(|data: &[u8]| {
         base_commit: None,
         version: None,
         layers: Vec::new(),
+        manifest_digest: String::new(),
+        manifest_json: String::new(),
+        config_json: String::new(),
     };
     SCRATCH.with(|s| {
         let before = staging_dirs(&s.tmp);

@@ -14,6 +14,7 @@ pub mod gz;
 mod member;
 mod native;
 mod objects;
+mod selinux;
 mod stream;
 
 use std::borrow::Cow;
@@ -59,6 +60,9 @@ pub struct RepoImporter {
     members: MemberCheck,
     /// This layer's objects (for a legacy layer); after [`Self::absorb`], the counts of all.
     tally: Tally,
+    /// The commit of this layer's ref in the store, once written
+    /// ([`Self::write_layer_commit`]).
+    pub layer_commit: Option<String>,
 }
 
 impl RepoImporter {
@@ -76,6 +80,7 @@ impl RepoImporter {
             refs: BTreeMap::new(),
             members: MemberCheck::default(),
             tally: Tally::default(),
+            layer_commit: None,
         }
     }
 
@@ -290,10 +295,40 @@ impl RepoImporter {
         Ok(())
     }
 
-    /// Picks the commit to deploy (the label's, else the repo's single ref; for an image with
-    /// derived layers, the commit made by applying them) and checks that every object it
-    /// reaches is now in the repo.
-    pub fn finish(self, os: &OsImage) -> Result<String> {
+    /// Writes what [`crate::store`] keeps of this layer of an ostree-native image and returns
+    /// the commit for its layer ref: a component layer's object set (the content objects it
+    /// carried), or a derived layer's own commit. None for the commit layer (its ref is the
+    /// image's commit, known once all layers are in) and for legacy layers.
+    pub fn write_layer_commit(&self, commit_layer: bool) -> Result<Option<String>> {
+        if self.format != Format::Native || commit_layer {
+            return Ok(None);
+        }
+        if self.derived_layer {
+            return self.derived.write_layer_commit(&self.repo).map(Some);
+        }
+        let names = self
+            .native
+            .tally
+            .names
+            .as_deref()
+            .context("the layer's objects were not recorded")?;
+        let content: Vec<String> = names
+            .iter()
+            .filter(|k| k.kind() == ObjectType::File)
+            .map(|k| k.checksum())
+            .collect();
+        crate::store::write_object_set(&self.repo, content.iter().map(String::as_str)).map(Some)
+    }
+
+    /// A derived layer's entries dropped on import, by top-level directory.
+    pub fn filtered(&self) -> &std::collections::BTreeMap<String, u32> {
+        &self.derived.filtered
+    }
+
+    /// Picks the image's commit (the label's, else the repo's single ref) and checks that every
+    /// object it reaches is now in the repo; for an image with derived layers, also writes the
+    /// tree with them applied (checked the same way).
+    pub fn finish(self, os: &OsImage) -> Result<Finished> {
         let commit_label = os.commit_label.as_deref();
         if self.format == Format::Native {
             let commit = commit_label
@@ -306,12 +341,15 @@ impl RepoImporter {
                 crate::image::NATIVE_COMMIT_LABEL
             );
             verify_complete(&self.repo, commit)?;
-            if self.derived.is_empty() {
-                return Ok(commit.to_string());
-            }
-            let derived = derived::apply(&self.repo, commit, &self.derived)?;
-            verify_complete(&self.repo, &derived)?;
-            return Ok(derived);
+            let derived = if self.derived.is_empty() {
+                None
+            } else {
+                Some(derived::apply(&self.repo, commit, &self.derived)?)
+            };
+            return Ok(Finished {
+                commit: commit.to_string(),
+                derived,
+            });
         }
         let Some(config) = &self.config else {
             bail!("the image has no OSTree repository at {REPO_DIR} (no {REPO_DIR}config in any layer)");
@@ -344,8 +382,20 @@ impl RepoImporter {
             "commit {commit} is not in the image's repository"
         );
         verify_complete(&self.repo, &commit)?;
-        Ok(commit)
+        Ok(Finished {
+            commit,
+            derived: None,
+        })
     }
+}
+
+/// What the layers of an image made, once all are in.
+pub struct Finished {
+    /// The commit the image names: a legacy image's, to deploy; an ostree-native image's
+    /// `ostree.commit`, the base of its merge commit.
+    pub commit: String,
+    /// For an ostree-native image with derived layers: the tree with them applied (complete).
+    pub derived: Option<ostree::RepoFile>,
 }
 
 /// What the import of one layer left for the rest of its run: saved beside the download spools

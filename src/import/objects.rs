@@ -408,6 +408,22 @@ pub(super) fn write_content_member(
     Ok(Some(written.to_string()))
 }
 
+/// Writes an empty root-owned 0644 file (a whiteout marker); returns its checksum.
+pub(super) fn write_empty_file(repo: &ostree::Repo) -> Result<String> {
+    let written = repo
+        .write_regfile_inline(
+            None,
+            0,
+            0,
+            libc::S_IFREG | 0o644,
+            None,
+            &[],
+            gio::Cancellable::NONE,
+        )
+        .context("writing an empty file object")?;
+    Ok(written.to_string())
+}
+
 /// Streams a regular file's content into libostree's writer in chunks, so memory stays bounded
 /// whatever the file's size; returns the object's checksum. With `expected`, libostree checks the
 /// content against it as it finishes.

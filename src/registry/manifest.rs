@@ -219,6 +219,8 @@ pub(crate) fn resolve_top(bytes: &[u8], digest: String, what: &str) -> Result<Re
             manifest_digest: digest.clone(),
             digest,
             manifest: *manifest,
+            // Parsed as JSON, so UTF-8.
+            json: String::from_utf8_lossy(bytes).into_owned(),
         }))),
         Parsed::Index(index) => {
             let child = pick_platform(&index)
@@ -248,6 +250,7 @@ pub(crate) fn resolve_child(
             digest,
             manifest_digest: child,
             manifest: *manifest,
+            json: String::from_utf8_lossy(bytes).into_owned(),
         }),
         Parsed::Index(_) => bail!("index {what} points at another index ({child})"),
     }

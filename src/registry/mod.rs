@@ -46,6 +46,9 @@ pub struct ResolvedManifest {
     /// The platform manifest's own digest (equal to `digest` unless an index was resolved).
     pub manifest_digest: String,
     pub manifest: ImageManifest,
+    /// The platform manifest as it hashes to `manifest_digest` (what ostree-rs-ext's store
+    /// records: see `crate::store`).
+    pub json: String,
 }
 
 /// How to reach registries: credentials, TLS and the retry budget.

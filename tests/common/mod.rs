@@ -160,6 +160,51 @@ impl Env {
             .collect()
     }
 
+    /// What the deployments were made from, in boot order: for an ostree-native image's merge
+    /// commit the image's `ostree.commit`, else the deployed commit itself.
+    pub fn deployed_images(&self) -> Vec<String> {
+        self.deployed()
+            .iter()
+            .map(|c| self.image_commit(c))
+            .collect()
+    }
+
+    /// The `ostree.commit` of the image whose merge commit is `commit` (as its metadata records
+    /// the image config), else `commit` itself.
+    pub fn image_commit(&self, commit: &str) -> String {
+        let repo = ostree::Repo::new_for_path(self.sysroot.repo_path());
+        repo.open(ostree::gio::Cancellable::NONE).unwrap();
+        let (variant, _) = repo.load_commit(commit).unwrap();
+        let metadata = ostree::glib::VariantDict::new(Some(&variant.child_value(0)));
+        let config: Option<String> = metadata.lookup("ostree.container.image-config").unwrap();
+        config
+            .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
+            .and_then(|c| {
+                c["config"]["Labels"]["ostree.commit"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| commit.to_string())
+    }
+
+    /// Drops the container store's refs (as `bootc` prunes images no deployment uses) and
+    /// prunes the repo, so that only deployments and pivot's own refs keep commits.
+    pub fn drop_store_refs(&self) {
+        for args in [
+            &["refs", "--delete", "ostree/container"][..],
+            &["prune", "--refs-only"][..],
+        ] {
+            let out = Command::new("ostree")
+                .args(args)
+                .arg("--repo")
+                .arg(self.sysroot.repo_path())
+                .envs(pivot_testkit::pivot_test_env())
+                .output()
+                .expect("running ostree");
+            assert!(out.status.success(), "ostree {args:?}: {out:?}");
+        }
+    }
+
     /// Where pivot keeps a killed run's downloads for the next one.
     pub fn downloads(&self) -> PathBuf {
         self.sysroot.repo_path().join("tmp/pivot-downloads")
@@ -391,6 +436,13 @@ pub fn tree_listing(root: &Path, skip: &[&str]) -> BTreeMap<String, String> {
 }
 
 /// `ostree fsck` of the sysroot's repo succeeds.
+/// The origin file of the deployment of `commit` (serial 0).
+pub fn origin_of(env: &Env, commit: &str) -> String {
+    read(&env.sysroot.path.join(format!(
+        "ostree/deploy/{STATEROOT}/deploy/{commit}.0.origin"
+    )))
+}
+
 pub fn assert_fsck_clean(env: &Env) {
     let fsck = Command::new("ostree")
         .args(["fsck", "--repo"])

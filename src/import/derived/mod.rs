@@ -1,5 +1,5 @@
 //! Layers derived from an ostree-native image (a user's `FROM <os image>` build with extra files),
-//! applied as a new commit on top of the image's commit, the way ostree-rs-ext does: `usr/` is
+//! applied on top of the image's commit, the way ostree-rs-ext does: `usr/` is
 //! kept, `etc/` becomes `usr/etc/`, `var/` becomes `usr/share/factory/var/`, the children of
 //! `run`, `tmp`, `proc`, `sys` and `dev` and anything else outside those are dropped, and OCI
 //! whiteouts (`.wh.<name>`, `.wh..wh..opq`) remove what lower layers had.
@@ -7,21 +7,28 @@
 //! Each layer is read on its own (in parallel with the others, like every layer): its files
 //! become content objects in the open transaction and its entries a list of changes. Once all
 //! layers are in, [`apply`] replays the changes layer by layer on a mutable tree of the commit
-//! (whiteouts of a layer first: they hide only what lower layers had) and writes the new commit,
-//! with the base commit's metadata and time, so the same image always gives the same commit.
-//! Nothing is unpacked to disk. Extended attributes of derived files (SELinux labels included)
-//! are not carried: like ostree-rs-ext's import, the files get none from the layer.
+//! (whiteouts of a layer first: they hide only what lower layers had) and writes the new tree,
+//! which becomes the image's merge commit ([`crate::store`]). Each layer also gets a commit of
+//! its own ([`DerivedLayer::write_layer_commit`]), as ostree-rs-ext keeps it under the layer's
+//! ref: its mapped files with the whiteouts as `.wh.` files, so that ostree-rs-ext, reusing the
+//! layer for a later image, checks it out over that image's base with the same result.
+//! Nothing is unpacked to disk. Extended attributes of derived files are not carried from the
+//! layer (like ostree-rs-ext's import); in the merged tree they get SELinux labels from the base
+//! commit's policy instead (`super::selinux`).
 
 use std::io::Read;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use ostree::gio;
-use ostree::glib;
 use ostree::ObjectType;
 use tar::EntryType;
 
+mod tree;
+
 use super::member::clean;
 use super::objects;
+pub(super) use tree::apply;
+use tree::{apply_change, parent_of, Objects};
 
 /// Entries one derived layer may have (each is a small change record kept until the end).
 const MAX_ENTRIES: usize = 500_000;
@@ -58,6 +65,9 @@ enum Change {
 pub(super) struct DerivedLayer {
     changes: Vec<Change>,
     pub objects_written: u64,
+    /// Entries dropped (outside what maps into the commit), by top-level directory: what
+    /// ostree-rs-ext records as `ostree.tar-filtered`.
+    pub filtered: std::collections::BTreeMap<String, u32>,
 }
 
 impl DerivedLayer {
@@ -110,6 +120,8 @@ impl DerivedLayer {
                 .map(Change::Whiteout));
         }
         let Some(path) = map_path(path) else {
+            let top = path.split('/').next().unwrap_or_default();
+            *self.filtered.entry(top.to_string()).or_default() += 1;
             return Ok(None);
         };
         if path.is_empty() {
@@ -164,10 +176,78 @@ impl DerivedLayer {
         self.changes.push(Change::NextLayer);
         self.changes.extend(later.changes);
         self.objects_written += later.objects_written;
+        for (top, n) in later.filtered {
+            *self.filtered.entry(top).or_default() += n;
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
+    }
+
+    /// Writes this one layer's changes as a commit of their own (time 0, no metadata): its
+    /// directories and files at their mapped paths, a whiteout as an empty `.wh.<name>` file and
+    /// an opaque directory as `.wh..wh..opq` in it, as `ostree commit` of the filtered layer
+    /// leaves them for ostree-rs-ext. Call before [`Self::absorb`] merges layers.
+    pub fn write_layer_commit(&self, repo: &ostree::Repo) -> Result<String> {
+        let root = ostree::MutableTree::new();
+        // Unlabeled: the base may not be in yet, and ostree-rs-ext labels a merge of derived
+        // layers anew from the merged tree's policy.
+        let objects = Objects {
+            repo,
+            default_dirmeta: crate::store::root_dirmeta(repo)?,
+            labels: None,
+        };
+        root.set_metadata_checksum(&objects.default_dirmeta);
+        let mut empty = None;
+        let mut marker = |path: String| -> Result<Change> {
+            let checksum = match &empty {
+                Some(c) => String::clone(c),
+                None => {
+                    let c = objects::write_empty_file(repo)?;
+                    empty = Some(c.clone());
+                    c
+                }
+            };
+            Ok(Change::File { path, checksum })
+        };
+        for change in &self.changes {
+            let change = match change {
+                Change::Whiteout(path) => {
+                    let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+                    marker(join(parent, &format!("{WHITEOUT}{name}")))?
+                }
+                Change::Opaque(path) => marker(join(path, OPAQUE))?,
+                Change::Link { path, target } => {
+                    // A link to a file of this layer; one to a lower layer's file has no target
+                    // here and is left out (the merged tree has it).
+                    let (dir, name) = parent_of(&root, target, None)?;
+                    match dir.and_then(|d| d.lookup(name).ok()).and_then(|(f, _)| f) {
+                        Some(checksum) => Change::File {
+                            path: path.clone(),
+                            checksum: checksum.to_string(),
+                        },
+                        None => continue,
+                    }
+                }
+                other => other.clone(),
+            };
+            apply_change(&root, &change, &objects)
+                .with_context(|| format!("writing the derived layer: {change:?}"))?;
+        }
+        let tree = crate::store::write_tree(repo, &root)?;
+        let commit = repo
+            .write_commit_with_time(None, None, None, None, &tree, 0, gio::Cancellable::NONE)
+            .context("writing the derived layer's commit")?;
+        Ok(commit.to_string())
+    }
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
     }
 }
 
@@ -199,147 +279,6 @@ fn write_dirmeta(repo: &ostree::Repo, info: &gio::FileInfo) -> Result<String> {
         .to_hex())
 }
 
-/// Writes the commit of `base` with the derived layers' `changes` applied; returns it.
-pub(super) fn apply(repo: &ostree::Repo, base: &str, layers: &DerivedLayer) -> Result<String> {
-    let cancellable = gio::Cancellable::NONE;
-    let root = ostree::MutableTree::from_commit(repo, base)
-        .with_context(|| format!("reading commit {base}"))?;
-    let info = gio::FileInfo::new();
-    info.set_attribute_uint32("unix::uid", 0);
-    info.set_attribute_uint32("unix::gid", 0);
-    info.set_attribute_uint32("unix::mode", libc::S_IFDIR | 0o755);
-    let default_dirmeta = write_dirmeta(repo, &info)?;
-    // Layer by layer (split at the boundary markers): whiteouts first, then the rest.
-    for layer in layers.changes.split(|c| matches!(c, Change::NextLayer)) {
-        let (hiding, adding): (Vec<&Change>, Vec<&Change>) = layer
-            .iter()
-            .partition(|c| matches!(c, Change::Whiteout(_) | Change::Opaque(_)));
-        for change in hiding.into_iter().chain(adding) {
-            apply_change(&root, change, &default_dirmeta)
-                .with_context(|| format!("applying the derived layers: {change:?}"))?;
-        }
-    }
-    let tree = repo
-        .write_mtree(&root, cancellable)
-        .context("writing the derived tree")?;
-    let tree = glib::object::Cast::downcast::<ostree::RepoFile>(tree)
-        .map_err(|_| anyhow!("write_mtree did not return a RepoFile"))?;
-    let (base_commit, _) = repo.load_commit(base)?;
-    let metadata = glib::VariantDict::new(Some(&base_commit.child_value(0)));
-    metadata.insert("pivot.base-commit", base);
-    let metadata = metadata.end();
-    let time = ostree::commit_get_timestamp(&base_commit);
-    let commit = repo
-        .write_commit_with_time(
-            None,
-            Some(&format!("{base} with derived layers")),
-            None,
-            Some(&metadata),
-            &tree,
-            time,
-            cancellable,
-        )
-        .context("writing the derived commit")?;
-    Ok(commit.to_string())
-}
-
-fn apply_change(root: &ostree::MutableTree, change: &Change, default_dirmeta: &str) -> Result<()> {
-    match change {
-        Change::Whiteout(path) => {
-            let (dir, name) = parent_of(root, path, default_dirmeta, false)?;
-            if let Some(dir) = dir {
-                dir.remove(name, true)?;
-            }
-        }
-        Change::Opaque(path) => {
-            if let Some(dir) = lookup_dir(root, path)? {
-                for name in dir.copy_files().into_keys() {
-                    dir.remove(&name, true)?;
-                }
-                for name in dir.copy_subdirs().into_keys() {
-                    dir.remove(&name, true)?;
-                }
-            }
-        }
-        Change::Dir { path, dirmeta } => {
-            let (dir, name) = parent_of(root, path, default_dirmeta, true)?;
-            let dir = dir.expect("created");
-            if let (Some(_), None) = dir.lookup(name).unwrap_or((None, None)) {
-                dir.remove(name, false)?;
-            }
-            dir.ensure_dir(name)?.set_metadata_checksum(dirmeta);
-        }
-        Change::File { path, checksum } => replace_file(root, path, checksum, default_dirmeta)?,
-        Change::NextLayer => {}
-        Change::Link { path, target } => {
-            let (dir, name) = parent_of(root, target, default_dirmeta, false)?;
-            let checksum = dir
-                .and_then(|d| d.lookup(name).ok())
-                .and_then(|(file, _)| file)
-                .ok_or_else(|| anyhow!("the hardlink target {target:?} is not a file"))?;
-            replace_file(root, path, &checksum, default_dirmeta)?;
-        }
-    }
-    Ok(())
-}
-
-fn replace_file(
-    root: &ostree::MutableTree,
-    path: &str,
-    checksum: &str,
-    default_dirmeta: &str,
-) -> Result<()> {
-    let (dir, name) = parent_of(root, path, default_dirmeta, true)?;
-    let dir = dir.expect("created");
-    if let (None, Some(_)) = dir.lookup(name).unwrap_or((None, None)) {
-        dir.remove(name, false)?;
-    }
-    dir.replace_file(name, checksum)?;
-    Ok(())
-}
-
-/// The directory holding `path` and its last component; with `create`, missing parents are
-/// made (root-owned 0755). A parent that is a file (a symlink, say) is refused: a layer cannot
-/// write through it.
-fn parent_of<'p>(
-    root: &ostree::MutableTree,
-    path: &'p str,
-    default_dirmeta: &str,
-    create: bool,
-) -> Result<(Option<ostree::MutableTree>, &'p str)> {
-    let (parent, name) = match path.rsplit_once('/') {
-        Some((p, n)) => (p, n),
-        None => ("", path),
-    };
-    let mut dir = root.clone();
-    for part in parent.split('/').filter(|p| !p.is_empty()) {
-        match dir.lookup(part).unwrap_or((None, None)) {
-            (_, Some(sub)) => dir = sub,
-            (Some(_), None) => {
-                bail!("{parent:?} is not a directory in the image (its {part:?} is a file or symlink)")
-            }
-            (None, None) if create => {
-                let sub = dir.ensure_dir(part)?;
-                sub.set_metadata_checksum(default_dirmeta);
-                dir = sub;
-            }
-            (None, None) => return Ok((None, name)),
-        }
-    }
-    Ok((Some(dir), name))
-}
-
-fn lookup_dir(root: &ostree::MutableTree, path: &str) -> Result<Option<ostree::MutableTree>> {
-    let mut dir = root.clone();
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        match dir.lookup(part).unwrap_or((None, None)) {
-            (_, Some(sub)) => dir = sub,
-            _ => return Ok(None),
-        }
-    }
-    Ok(Some(dir))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,8 +287,18 @@ mod tests {
     /// An archive repo in a transaction, with a base commit of `usr/share/{a,b}`,
     /// `usr/etc/keep.conf` and the symlink `usr/link` → `/etc`.
     fn base() -> (tempfile::TempDir, ostree::Repo, String) {
+        base_with(&[])
+    }
+
+    /// [`base`] with more files, e.g. a policy under `usr/etc/selinux`.
+    fn base_with(files: &[(&str, &str)]) -> (tempfile::TempDir, ostree::Repo, String) {
         let dir = tempfile::tempdir().unwrap();
         let tree = dir.path().join("tree");
+        for (path, content) in files {
+            let path = tree.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        }
         std::fs::create_dir_all(tree.join("usr/share")).unwrap();
         std::fs::create_dir_all(tree.join("usr/etc")).unwrap();
         std::fs::write(tree.join("usr/share/a"), "a\n").unwrap();
@@ -369,7 +318,7 @@ mod tests {
         )
         .unwrap();
         let root = repo.write_mtree(&mtree, gio::Cancellable::NONE).unwrap();
-        let root = glib::object::Cast::downcast::<ostree::RepoFile>(root).unwrap();
+        let root = ostree::glib::object::Cast::downcast::<ostree::RepoFile>(root).unwrap();
         let commit = repo
             .write_commit(None, None, None, None, &root, gio::Cancellable::NONE)
             .unwrap()
@@ -398,13 +347,109 @@ mod tests {
             one.import_tar(repo, data.as_slice())?;
             all.absorb(one);
         }
-        apply(repo, base, &all)
+        let root = apply(repo, base, &all)?;
+        let commit = repo.write_commit(None, None, None, None, &root, gio::Cancellable::NONE)?;
+        Ok(commit.to_string())
     }
 
     fn exists(repo: &ostree::Repo, commit: &str, path: &str) -> bool {
         let (root, _) = repo.read_commit(commit, gio::Cancellable::NONE).unwrap();
         root.resolve_relative_path(path)
             .query_exists(gio::Cancellable::NONE)
+    }
+
+    /// The `security.selinux` label of `path` in `commit`, if any.
+    fn label(repo: &ostree::Repo, commit: &str, path: &str) -> Option<String> {
+        let (root, _) = repo.read_commit(commit, gio::Cancellable::NONE).unwrap();
+        let file = root.resolve_relative_path(path);
+        let file = ostree::glib::object::Cast::downcast::<ostree::RepoFile>(file).unwrap();
+        file.ensure_resolved().unwrap();
+        let xattrs = if file.tree_get_contents_checksum().is_some() {
+            repo.load_variant(
+                ObjectType::DirMeta,
+                &file.tree_get_metadata_checksum().unwrap(),
+            )
+            .unwrap()
+            .child_value(3)
+        } else {
+            repo.load_file(&file.checksum(), gio::Cancellable::NONE)
+                .unwrap()
+                .2
+        };
+        xattrs
+            .iter()
+            .filter_map(|x| x.get::<(Vec<u8>, Vec<u8>)>())
+            .find(|(name, _)| name == b"security.selinux\0")
+            .map(|(_, v)| String::from_utf8(v).unwrap())
+    }
+
+    #[test]
+    fn derived_files_are_labeled_from_the_base_policy() {
+        // A minimal policy libostree reads: the config, file contexts, and a policy file
+        // (only checksummed).
+        let contexts = "/\tsystem_u:object_r:root_t:s0\n\
+                        /usr(/.*)?\tsystem_u:object_r:usr_t:s0\n\
+                        /usr/share/derived(/.*)?\tsystem_u:object_r:derived_t:s0\n";
+        let (_dir, repo, base) = base_with(&[
+            (
+                "usr/etc/selinux/config",
+                "SELINUX=enforcing\nSELINUXTYPE=test\n",
+            ),
+            (
+                "usr/etc/selinux/test/contexts/files/file_contexts",
+                contexts,
+            ),
+            ("usr/etc/selinux/test/policy/policy.33", "policy\n"),
+        ]);
+        let dir = EntryType::Directory;
+        let file = EntryType::Regular;
+        let commit = apply_layers(
+            &repo,
+            &base,
+            &[layer(&[
+                ("usr/share/derived/", dir, b""),
+                ("usr/share/derived/added", file, b"added\n"),
+                ("usr/share/deep/er/file", file, b"deep\n"),
+                ("etc/derived.conf", file, b"conf\n"),
+            ])],
+        )
+        .unwrap();
+        let label = |path| label(&repo, &commit, path);
+        assert_eq!(
+            label("usr/share/derived/added").as_deref(),
+            Some("system_u:object_r:derived_t:s0\0")
+        );
+        assert_eq!(
+            label("usr/share/derived").as_deref(),
+            Some("system_u:object_r:derived_t:s0\0")
+        );
+        // Implied directories and files elsewhere, /usr/etc included, by their own paths.
+        for path in [
+            "usr/share/deep",
+            "usr/share/deep/er/file",
+            "usr/etc/derived.conf",
+        ] {
+            assert_eq!(
+                label(path).as_deref(),
+                Some("system_u:object_r:usr_t:s0\0"),
+                "{path}"
+            );
+        }
+        // The base's own files keep what their commit has.
+        assert_eq!(label("usr/share/a"), None);
+
+        // Without a policy in the base, nothing is labeled.
+        let (_dir, repo, unlabeled) = super::tests::base();
+        let commit = apply_layers(
+            &repo,
+            &unlabeled,
+            &[layer(&[("usr/share/derived/added", file, b"added\n")])],
+        )
+        .unwrap();
+        assert_eq!(
+            super::tests::label(&repo, &commit, "usr/share/derived/added"),
+            None
+        );
     }
 
     #[test]
