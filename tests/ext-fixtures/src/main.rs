@@ -16,6 +16,16 @@
 //! `ext-fixtures pull REPO HOST/PATH:TAG` imports an image from a plain-HTTP registry into the
 //! repo REPO the way rpm-ostree and bootc do (ostree-rs-ext's `ImageImporter`, through skopeo's
 //! image proxy), and prints the merged commit: the peer pivot's native import is measured against.
+//!
+//! The judge of pivot's hand-over (what rpm-ostree and bootc read after a pivot), each printing
+//! one JSON object; IMGREF is an ostree-rs-ext image reference (`docker://host/path@sha256:…`,
+//! `oci:/path:tag`), plain-HTTP registries being named insecure in `CONTAINERS_REGISTRIES_CONF`:
+//! - `ext-fixtures query REPO IMGREF`: `store::list_images` and `store::query_image`;
+//! - `ext-fixtures prepare REPO IMGREF`: `ImageImporter::prepare` (with the layers it would
+//!   fetch), writing nothing but the cached-update metadata ostree-rs-ext writes itself;
+//! - `ext-fixtures import REPO IMGREF`: `ImageImporter::import`, as `bootc upgrade` does;
+//! - `ext-fixtures deploy SYSROOT STATEROOT IMGREF`: `container::deploy::deploy` of an
+//!   `ostree-unverified-image:` reference, as `bootc switch` and `rpm-ostree rebase` leave a node.
 
 use std::collections::{BTreeMap, HashSet};
 use std::num::NonZeroU32;
@@ -28,13 +38,25 @@ use ostree_ext::objectsource::{ObjectMeta, ObjectSourceMeta};
 use ostree_ext::oci_spec::image as oci_image;
 use ostree_ext::{gio, ostree};
 
+mod judge;
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [pull, repo, image] = args.as_slice() {
-        if pull == "pull" {
-            return pull_image(repo, image).await;
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["pull", repo, image] => return pull_image(repo, image).await,
+        ["query", repo, image] => return judge::query(repo, image),
+        ["prepare", repo, image] => return judge::prepare(repo, image, false).await,
+        ["import", repo, image] => return judge::prepare(repo, image, true).await,
+        ["deploy", sysroot, stateroot, image] => {
+            return judge::deploy(sysroot, stateroot, image).await
         }
+        _ => {}
     }
     let [repo, rev, out, only @ ..] = args.as_slice() else {
         bail!("usage: ext-fixtures REPO REF OUTDIR [encapsulated|chunked|derived ...]");

@@ -84,3 +84,24 @@ pub fn skopeo_push(dir: &Path, dest: &str) -> Result<String> {
     );
     Ok(std::fs::read_to_string(&digest_file)?.trim().to_string())
 }
+
+/// Asks ostree-rs-ext about a repo or sysroot (`query`, `prepare`, `import`, `deploy`: see
+/// tests/ext-fixtures), the judge of the store pivot leaves for rpm-ostree and bootc; its JSON
+/// answer. `registries_conf` names the plain-HTTP test registry insecure for skopeo's proxy.
+pub fn ext_judge(tool: &Path, args: &[&str], registries_conf: &Path) -> Result<serde_json::Value> {
+    let output = Command::new(tool)
+        .args(args)
+        .env("CONTAINERS_REGISTRIES_CONF", registries_conf)
+        .envs(crate::pivot_test_env())
+        .output()
+        .with_context(|| format!("running {}", tool.display()))?;
+    ensure!(
+        output.status.success(),
+        "ext-fixtures {} failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).with_context(|| format!("ext-fixtures printed {stdout:?}"))
+}

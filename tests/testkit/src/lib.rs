@@ -29,7 +29,7 @@ mod tree;
 
 pub use auth::{basic_auth, htpasswd_line, write_auth_json};
 pub use commit::{commit_tree, COMMIT_TIME};
-pub use ext_fixtures::{encapsulate, ext_fixtures_tool, skopeo_push};
+pub use ext_fixtures::{encapsulate, ext_fixtures_tool, ext_judge, skopeo_push};
 pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
 pub use oscontainer::{
     push_oscontainer, CommitLabel, Compression, ImageSpec, ManifestFormat, PushedImage,
