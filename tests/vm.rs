@@ -52,11 +52,48 @@ fn push_native_v2(registry: &Registry, images: &Images) -> Result<Pushed> {
         images.native_v2()?,
         &format!("{}/{repository}:{tag}", registry.host()),
     )?;
+    let commit = merge_commit(registry, images, &format!("{repository}@{digest}"))?;
     Ok(Pushed {
         repository: repository.into(),
         tag: tag.into(),
         digest,
+        commit,
     })
+}
+
+/// The merge commit a node deploys for the ostree-native `image` (`repository@digest` in
+/// `registry`), which is the same on every node: the host's pivot downloads it into a small
+/// throwaway sysroot (`--download-only`) and keeps it under its download ref. The saved disk's
+/// store is then judged by ostree-rs-ext itself.
+fn merge_commit(registry: &Registry, images: &Images, image: &str) -> Result<String> {
+    let sysroot = pivot_testkit::TestSysroot::new("host", &Tree::fixture("os-v1")?, "1", &[])?;
+    let conf = tempfile::tempdir()?;
+    let out = std::process::Command::new(&images.pivot)
+        .args(["--download-only", "--sysroot"])
+        .arg(&sysroot.path)
+        .arg(format!("{}/{image}", registry.host()))
+        .env(
+            "CONTAINERS_REGISTRIES_CONF",
+            registry.registries_conf(conf.path())?,
+        )
+        .env_remove("JOURNAL_STREAM")
+        .envs(pivot_testkit::pivot_test_env())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "pivot --download-only {image} on the host: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = image.rsplit_once('@').context("a pinned image")?.1;
+    let out = std::process::Command::new("ostree")
+        .arg(format!("--repo={}", sysroot.repo_path().display()))
+        .args([
+            "rev-parse",
+            &format!("pivot/downloaded/native/{}", digest.replace(':', "-")),
+        ])
+        .output()?;
+    ensure!(out.status.success(), "ostree rev-parse: {out:?}");
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
 }
 
 /// A disk with v1 deployed and `edits` in its /etc.
@@ -149,8 +186,9 @@ fn assert_v2_with_v1_rollback(
     ensure!(list.len() == 2, "expected 2 deployments, found {list:?}");
     let default = one(&list, "default", |d| d.default)?;
     ensure!(
-        default.checksum == images.commits.v2,
-        "default deployment {default:?} is not v2"
+        default.checksum == v2.commit,
+        "default deployment {default:?} is not v2 ({})",
+        v2.commit
     );
     ensure!(
         default.version.as_deref() == Some("2"),
@@ -387,14 +425,14 @@ fn admin_pivot() {
 /// the bootloader; the reboot boots v2, which pivot-confirm.service confirms; a second pivot to
 /// it is a no-op (77). Returns the saved disk, on which v2 is the default deployment with v1 its
 /// rollback, the bootloader boots v2 then v1, and the journals are clean.
-fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<SavedDisk> {
-    // The registry (left in `start`) serves until the machine is off.
+/// Returns the saved disk and the registry, which still serves v2.
+fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<(SavedDisk, Registry)> {
     let Start {
         images,
+        registry,
         v2,
         qcow2,
         mut m,
-        ..
     } = start;
 
     let boot1 = m.wait_boot(m.scaled(100))?;
@@ -413,10 +451,7 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<SavedDisk> {
     // Staged: nothing changes until the reboot.
     let list = facts::deployments(&facts::guest_status(&mut m)?)?;
     let staged = one(&list, "staged", |d| d.staged)?;
-    ensure!(
-        staged.checksum == images.commits.v2,
-        "staged {staged:?} is not v2"
-    );
+    ensure!(staged.checksum == v2.commit, "staged {staged:?} is not v2");
     assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
     m.sh("test -e /run/pivot/reboot-needed")?;
     let bootloader_after = m.sh("cat /boot/syslinux/syslinux.cfg")?;
@@ -431,13 +466,13 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<SavedDisk> {
 
     m.reboot(m.scaled(150))?;
     m.base_checks()?;
-    assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+    assert_running(&mut m, &v2.commit, V2_RELEASE)?;
     let status = facts::guest_status(&mut m)?;
     assert_v2_with_v1_rollback(&status, images, &v2)?;
     // pivot-confirm.service checked at boot that the staged v2 is what runs.
     let last = &facts::pivot_state(&status, STATEROOT)["last"];
     ensure!(
-        last["outcome"] == "confirmed" && last["commit"] == images.commits.v2.as_str(),
+        last["outcome"] == "confirmed" && last["commit"] == v2.commit.as_str(),
         "pivot-confirm.service did not confirm v2 at boot: {last}"
     );
     let again = m.run(
@@ -451,7 +486,7 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<SavedDisk> {
         again.text
     );
     let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
-    facts::kubelet_started_after_pivot(&starts, &m.boot().id.clone(), &images.commits.v2)?;
+    facts::kubelet_started_after_pivot(&starts, &m.boot().id.clone(), &v2.commit)?;
     m.poweroff()?;
 
     let disk = SavedDisk::open(&qcow2, &s.dir)?;
@@ -460,9 +495,9 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<SavedDisk> {
         disk.ostree_admin_status()?,
     )?;
     assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
-    assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
+    assert_bootloader(&disk, &[&v2.commit, &images.commits.v1])?;
     assert_journal_boots(&disk, s, &m, &[])?;
-    Ok(disk)
+    Ok((disk, registry))
 }
 
 /// A node deployed from the legacy world (v1, its origin a legacy oscontainer's `custom-url`)
@@ -477,7 +512,11 @@ fn legacy_to_native_pivot() {
             EtcEdits::default().origin(&v1_origin)
         })?;
         let v2 = start.v2.guest_pinned();
-        let disk = admin_pivot_to_v2(s, start)?;
+        let (pushed, port) = (
+            (start.v2.digest.clone(), start.v2.commit.clone()),
+            port(&start.registry)?,
+        );
+        let (disk, _registry) = admin_pivot_to_v2(s, start)?;
 
         let list = facts::deployments(&disk.pivot_status(&images.pivot)?)?;
         let default = one(&list, "default", |d| d.default)?;
@@ -492,7 +531,7 @@ fn legacy_to_native_pivot() {
             "v1's deployment names {:?}, expected its legacy image {v1_image}",
             rollback.image
         );
-        let origin = disk.origin(&images.commits.v2)?;
+        let origin = disk.origin(&pushed.1)?;
         std::fs::write(s.dir.join("saved-v2.origin"), &origin)?;
         ensure!(
             origin
@@ -504,8 +543,55 @@ fn legacy_to_native_pivot() {
             !origin.contains("custom-url=") && !origin.contains("refspec="),
             "v2's origin keeps legacy keys:\n{origin}"
         );
-        Ok(())
+        judge_saved_store(s, &disk, images, &v2, &pushed, port)
     });
+}
+
+/// ostree-rs-ext itself (tests/ext-fixtures) reads the saved disk's repo as rpm-ostree and
+/// bootc would: the image the origin names is listed, `query_image` finds the deployed merge
+/// commit made from v2's commit with the pulled digest, and `prepare` of that image (the
+/// guest's registry name mapped to the host's registry) has nothing to fetch.
+fn judge_saved_store(
+    s: &Scenario,
+    disk: &SavedDisk,
+    images: &Images,
+    pinned: &str,
+    (digest, merge): &(String, String),
+    port: u16,
+) -> Result<()> {
+    let tool = pivot_testkit::ext_fixtures_tool(false)?;
+    let conf = s.dir.join("host-registries.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[[registry]]\nprefix = \"{}\"\nlocation = \"127.0.0.1:{port}\"\ninsecure = true\n",
+            vm::qemu::GUEST_REGISTRY
+        ),
+    )?;
+    let repo = disk.sysroot().join("ostree/repo");
+    let repo = repo.to_str().context("UTF-8 path")?;
+    let image = format!("docker://{pinned}");
+    let query = pivot_testkit::ext_judge(&tool, &["query", repo, &image], &conf)?;
+    std::fs::write(s.dir.join("saved-store.json"), query.to_string())?;
+    ensure!(
+        query["images"] == serde_json::json!([image]),
+        "ostree-rs-ext lists {} in the saved repo, expected {image}",
+        query["images"]
+    );
+    let found = &query["image"];
+    ensure!(
+        found["merge_commit"] == merge.as_str()
+            && found["base_commit"] == images.commits.v2.as_str()
+            && found["manifest_digest"] == digest.as_str(),
+        "ostree-rs-ext's query_image of {image}: {found}; expected merge commit {merge} of {} from {digest}",
+        images.commits.v2
+    );
+    let prepared = pivot_testkit::ext_judge(&tool, &["prepare", repo, &image], &conf)?;
+    ensure!(
+        prepared["present"] == true,
+        "ostree-rs-ext would fetch v2 again: {prepared}"
+    );
+    Ok(())
 }
 
 /// v1's origin as pivot (like openshift/pivot before it) writes it for a legacy oscontainer, and

@@ -37,6 +37,9 @@ pub struct Pushed {
     pub repository: String,
     pub tag: String,
     pub digest: String,
+    /// The commit a node deploys for this image: a legacy image's commit, an ostree-native
+    /// image's merge commit (see pivot's `store` module).
+    pub commit: String,
 }
 
 impl Pushed {
@@ -157,5 +160,6 @@ pub fn push(host: &str, repository: &str, tag: &str, layer: &OsLayer) -> Result<
         repository: repository.to_string(),
         tag: tag.to_string(),
         digest,
+        commit: layer.commit.clone(),
     })
 }
