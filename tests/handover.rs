@@ -364,7 +364,18 @@ fn a_node_ostree_rs_ext_deployed_is_at_target_for_pivot_and_its_layers_are_reuse
     assert_eq!(env.sysroot.snapshot().unwrap(), before);
     assert_eq!(blob_gets(&env, &v2.layers()), gets);
 
-    // The next version: only the changed chunks are fetched.
+    // The next version: --check counts only the changed chunks, and only they are fetched.
+    let out = env.pivot(&["--check", &format!("{host}/pivot/native:v3")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    let kept = v3.layers().len() - changed.len();
+    assert!(
+        report.contains(&format!(
+            "in {} layer(s), {kept} layer(s) already in the repo",
+            changed.len()
+        )),
+        "{report}"
+    );
     pivot_fetching_only(&env, &v3, &changed);
     assert_eq!(
         read(&env.deployment(0).join("usr/share/pivot/v3-marker")),

@@ -425,14 +425,14 @@ fn admin_pivot() {
 /// the bootloader; the reboot boots v2, which pivot-confirm.service confirms; a second pivot to
 /// it is a no-op (77). Returns the saved disk, on which v2 is the default deployment with v1 its
 /// rollback, the bootloader boots v2 then v1, and the journals are clean.
-fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<SavedDisk> {
-    // The registry (left in `start`) serves until the machine is off.
+/// Returns the saved disk and the registry, which still serves v2.
+fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<(SavedDisk, Registry)> {
     let Start {
         images,
+        registry,
         v2,
         qcow2,
         mut m,
-        ..
     } = start;
 
     let boot1 = m.wait_boot(m.scaled(100))?;
@@ -497,7 +497,7 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<SavedDisk> {
     assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
     assert_bootloader(&disk, &[&v2.commit, &images.commits.v1])?;
     assert_journal_boots(&disk, s, &m, &[])?;
-    Ok(disk)
+    Ok((disk, registry))
 }
 
 /// A node deployed from the legacy world (v1, its origin a legacy oscontainer's `custom-url`)
@@ -513,7 +513,7 @@ fn legacy_to_native_pivot() {
         })?;
         let v2 = start.v2.guest_pinned();
         let pushed = (start.v2.digest.clone(), start.v2.commit.clone());
-        let disk = admin_pivot_to_v2(s, start)?;
+        let (disk, registry) = admin_pivot_to_v2(s, start)?;
 
         let list = facts::deployments(&disk.pivot_status(&images.pivot)?)?;
         let default = one(&list, "default", |d| d.default)?;
@@ -540,26 +540,26 @@ fn legacy_to_native_pivot() {
             !origin.contains("custom-url=") && !origin.contains("refspec="),
             "v2's origin keeps legacy keys:\n{origin}"
         );
-        judge_saved_store(s, &disk, images, &v2, &pushed)
+        judge_saved_store(s, &disk, images, &v2, &pushed, &registry)
     });
 }
 
 /// ostree-rs-ext itself (tests/ext-fixtures) reads the saved disk's repo as rpm-ostree and
 /// bootc would: the image the origin names is listed, and `query_image` finds the deployed merge
-/// commit, made from v2's commit, with the pulled manifest digest (which is what makes its
-/// `prepare` of that image answer "already present"). Only the repo is read: the image names
-/// the guest's registry address, which the host never contacts.
+/// commit, made from v2's commit, with the pulled manifest digest. Then ostree-rs-ext copies the
+/// image (its layers' refs and merge commit: each must be there) into a scratch repo under the
+/// name the host reaches the registry by, and its `prepare` of that image has nothing to fetch.
+/// The stored image names the guest's registry address, which the host never contacts.
 fn judge_saved_store(
     s: &Scenario,
     disk: &SavedDisk,
     images: &Images,
     pinned: &str,
     (digest, merge): &(String, String),
+    registry: &Registry,
 ) -> Result<()> {
     let tool = pivot_testkit::ext_fixtures_tool(false)?;
-    // No registry at all: the query reads the repo only.
-    let conf = s.dir.join("no-registries.conf");
-    std::fs::write(&conf, "")?;
+    let conf = registry.registries_conf(&s.dir)?;
     let repo = disk.sysroot().join("ostree/repo");
     let repo = repo.to_str().context("UTF-8 path")?;
     let image = format!("docker://{pinned}");
@@ -578,6 +578,21 @@ fn judge_saved_store(
         "ostree-rs-ext's query_image of {image}: {found}; expected merge commit {merge} of {} from {digest}",
         images.commits.v2
     );
+    let scratch = s.dir.join("store-copy");
+    let init = std::process::Command::new("ostree")
+        .args(["init", "--mode=bare"])
+        .arg(format!("--repo={}", scratch.display()))
+        .output()?;
+    ensure!(init.status.success(), "ostree init: {init:?}");
+    let scratch = scratch.to_str().context("UTF-8 path")?;
+    let on_host = format!("docker://{}/pivot/native@{digest}", registry.host());
+    pivot_testkit::ext_judge(&tool, &["copy", repo, &image, scratch, &on_host], &conf)?;
+    let prepared = pivot_testkit::ext_judge(&tool, &["prepare", scratch, &on_host], &conf)?;
+    ensure!(
+        prepared["present"] == true && prepared["merge_commit"] == merge.as_str(),
+        "ostree-rs-ext would fetch v2 again: {prepared}"
+    );
+    std::fs::remove_dir_all(scratch)?;
     Ok(())
 }
 

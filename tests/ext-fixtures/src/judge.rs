@@ -76,6 +76,18 @@ pub async fn prepare(repo: &str, image: &str, import: bool) -> Result<()> {
     Ok(())
 }
 
+/// Copies `image` of the repo `from` into the repo `to` as `name`; prints `{"copied": name}`.
+pub async fn copy(from: &str, image: &str, to: &str, name: &str) -> Result<()> {
+    let (from, to) = (open_repo(from)?, open_repo(to)?);
+    let (image, renamed) = (
+        ImageReference::try_from(image)?,
+        ImageReference::try_from(name)?,
+    );
+    store::copy(&from, &image, &to, &renamed).await?;
+    println!("{}", serde_json::json!({ "copied": name }));
+    Ok(())
+}
+
 /// Deploys `image` as bootc and rpm-ostree do; prints `{"merge_commit": …}`.
 pub async fn deploy(sysroot: &str, stateroot: &str, image: &str) -> Result<()> {
     let sysroot = ostree::Sysroot::new(Some(&gio::File::for_path(sysroot)));

@@ -24,6 +24,9 @@
 //! - `ext-fixtures prepare REPO IMGREF`: `ImageImporter::prepare` (with the layers it would
 //!   fetch), writing nothing but the cached-update metadata ostree-rs-ext writes itself;
 //! - `ext-fixtures import REPO IMGREF`: `ImageImporter::import`, as `bootc upgrade` does;
+//! - `ext-fixtures copy REPO IMGREF DEST_REPO DEST_IMGREF`: `store::copy` of the image, its
+//!   layers' refs and its merge commit into another repo under another name (every layer's ref
+//!   must be there);
 //! - `ext-fixtures deploy SYSROOT STATEROOT IMGREF`: `container::deploy::deploy` of an
 //!   `ostree-unverified-image:` reference, as `bootc switch` and `rpm-ostree rebase` leave a node.
 
@@ -53,6 +56,7 @@ async fn main() -> Result<()> {
         ["query", repo, image] => return judge::query(repo, image),
         ["prepare", repo, image] => return judge::prepare(repo, image, false).await,
         ["import", repo, image] => return judge::prepare(repo, image, true).await,
+        ["copy", from, image, to, name] => return judge::copy(from, image, to, name).await,
         ["deploy", sysroot, stateroot, image] => {
             return judge::deploy(sysroot, stateroot, image).await
         }
