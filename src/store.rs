@@ -152,22 +152,67 @@ pub struct ImageMeta<'a> {
 }
 
 /// Writes the object-set commit of a component layer: a flat tree naming each content object
-/// it carried by its checksum. Needs an open transaction; the objects must be in the repo.
-pub fn write_object_set<'c>(
-    repo: &ostree::Repo,
-    content: impl IntoIterator<Item = &'c str>,
-) -> Result<String> {
-    let tree = ostree::MutableTree::new();
-    for checksum in content {
-        tree.replace_file(checksum, checksum)
-            .with_context(|| format!("adding {checksum} to the layer's object set"))?;
-    }
-    tree.set_metadata_checksum(&root_dirmeta(repo)?);
-    let root = write_tree(repo, &tree)?;
+/// it carried (`content`, raw SHA-256s) by its checksum. Needs an open transaction; the objects
+/// must be in the repo. The dirtree is serialized here straight from the sorted checksums: built
+/// through a `MutableTree` it took several MiB per ten thousand objects, two layers at a time.
+pub fn write_object_set(repo: &ostree::Repo, content: &mut Vec<[u8; 32]>) -> Result<String> {
+    content.sort_unstable();
+    content.dedup();
+    let dirtree = glib::Variant::from_data_with_type(
+        object_set_dirtree(content),
+        glib::VariantTy::new("(a(say)a(sayay))").expect("the dirtree type"),
+    );
+    let tree = repo
+        .write_metadata(ObjectType::DirTree, None, &dirtree, gio::Cancellable::NONE)
+        .context("writing the layer's object set")?
+        .to_hex();
+    let root = ostree::MutableTree::from_checksum(repo, &tree, &root_dirmeta(repo)?);
+    let root = write_tree(repo, &root)?;
     let commit = repo
         .write_commit_with_time(None, None, None, None, &root, 0, gio::Cancellable::NONE)
         .context("writing the layer's object-set commit")?;
     Ok(commit.to_string())
+}
+
+/// The GVariant serialization of a dirtree `(a(say)a(sayay))` whose files are named by the
+/// hex of `sorted` checksums and hold those objects, with no subdirectories. Each `(say)` is
+/// the name with its NUL, the 32 bytes, and one framing offset (the name's end); the array ends
+/// with a table of its elements' end offsets; the tuple with the array's end (its last member,
+/// the empty array of directories, takes no bytes and no offset).
+fn object_set_dirtree(sorted: &[[u8; 32]]) -> Vec<u8> {
+    const ELEMENT: usize = 64 + 1 + 32 + 1;
+    let items = ELEMENT * sorted.len();
+    // The offsets' width depends on the container's total size, offsets included.
+    let width = |size: usize| match size {
+        0..=0xff => 1,
+        0x100..=0xffff => 2,
+        0x1_0000..=0xffff_ffff => 4,
+        _ => 8,
+    };
+    let array_width = [1, 2, 4, 8]
+        .into_iter()
+        .find(|&w| width(items + w * sorted.len()) <= w)
+        .unwrap_or(8);
+    let array = items + array_width * sorted.len();
+    let tuple_width = [1, 2, 4, 8]
+        .into_iter()
+        .find(|&w| width(array + w) <= w)
+        .unwrap_or(8);
+    let mut out = Vec::with_capacity(array + tuple_width);
+    let put = |out: &mut Vec<u8>, value: usize, width: usize| {
+        out.extend_from_slice(&value.to_le_bytes()[..width]);
+    };
+    for checksum in sorted {
+        out.extend_from_slice(hex::encode(checksum).as_bytes());
+        out.push(0);
+        out.extend_from_slice(checksum);
+        put(&mut out, 65, 1);
+    }
+    for i in 1..=sorted.len() {
+        put(&mut out, i * ELEMENT, array_width);
+    }
+    put(&mut out, array, tuple_width);
+    out
 }
 
 /// The dirmeta of a root-owned 0755 directory, written.
@@ -469,6 +514,30 @@ mod tests {
         assert_eq!(image_of_origin("ostree-unverified-image:ftp:x"), None);
         assert_eq!(image_of_origin("pivot://quay.io/x"), None);
         assert_eq!(image_of_origin("ostree-unverified-image:docker:x"), None);
+    }
+
+    #[test]
+    fn object_set_dirtrees_serialize_as_glib_serializes_them() {
+        for count in [0usize, 1, 2, 3, 700, 2000] {
+            let mut sums: Vec<[u8; 32]> = (0..count)
+                .map(|i| {
+                    let mut c = [0u8; 32];
+                    c[..8].copy_from_slice(&(i as u64 * 7919).to_be_bytes());
+                    c[31] = i as u8;
+                    c
+                })
+                .collect();
+            sums.sort_unstable();
+            let files: Vec<(String, Vec<u8>)> =
+                sums.iter().map(|c| (hex::encode(c), c.to_vec())).collect();
+            let dirs: Vec<(String, Vec<u8>, Vec<u8>)> = Vec::new();
+            let expected = (files, dirs).to_variant();
+            assert_eq!(
+                object_set_dirtree(&sums),
+                expected.data(),
+                "{count} files"
+            );
+        }
     }
 
     #[test]

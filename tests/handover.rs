@@ -117,6 +117,30 @@ fn sorted(v: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// The store's layer refs of the repo at `repo`, ref → commit.
+fn layer_refs(repo: &Path) -> Vec<(String, String)> {
+    let ostree = |args: &[&str]| {
+        let out = Command::new("ostree")
+            .arg(format!("--repo={}", repo.display()))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ostree {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut refs: Vec<(String, String)> = ostree(&["refs", "ostree/container/blob"])
+        .lines()
+        .map(|r| {
+            let name = format!("ostree/container/blob/{r}");
+            let commit = ostree(&["rev-parse", &name]).trim().to_string();
+            (name, commit)
+        })
+        .collect();
+    refs.sort();
+    assert!(!refs.is_empty(), "no layer refs in {}", repo.display());
+    refs
+}
+
 /// Blob requests the registry served for each of `layers`.
 fn blob_gets(env: &Env, layers: &[String]) -> Vec<usize> {
     layers
@@ -255,6 +279,24 @@ fn a_native_pivot_hands_over_to_ostree_rs_ext_and_pruning_keeps_the_store_whole(
     let prepared = judge(&env, &["prepare", &next]);
     assert_eq!(prepared["present"], false, "{prepared}");
     assert_eq!(sorted(&prepared["fetch"]), changed, "{prepared}");
+
+    // The layers' refs hold the very commits ostree-rs-ext's own import writes (object sets
+    // included: the same trees, byte for byte).
+    let scratch = tempfile::tempdir().unwrap();
+    let out = Command::new("ostree")
+        .args(["init", "--mode=bare", "--repo"])
+        .arg(scratch.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let tool = ext_fixtures_tool(false).unwrap();
+    let scratch_repo = scratch.path().to_str().unwrap();
+    ext_judge(&tool, &["import", scratch_repo, &image], &env.registries_conf).unwrap();
+    assert_eq!(
+        layer_refs(&env.sysroot.repo_path()),
+        layer_refs(scratch.path()),
+        "pivot's layer refs differ from ostree-rs-ext's"
+    );
 
     // pivot status shows what bootc status shows of it.
     assert_eq!(deployed["manifest_digest"], d2.as_str(), "{status:#}");

@@ -312,12 +312,12 @@ impl RepoImporter {
             .names
             .as_deref()
             .context("the layer's objects were not recorded")?;
-        let content: Vec<String> = names
+        let mut content: Vec<[u8; 32]> = names
             .iter()
             .filter(|k| k.kind() == ObjectType::File)
-            .map(|k| k.checksum())
+            .map(|k| k.sha256())
             .collect();
-        crate::store::write_object_set(&self.repo, content.iter().map(String::as_str)).map(Some)
+        crate::store::write_object_set(&self.repo, &mut content).map(Some)
     }
 
     /// A derived layer's entries dropped on import, by top-level directory.

@@ -90,6 +90,10 @@ impl ObjectKey {
     pub fn checksum(&self) -> String {
         hex::encode(self.checksum)
     }
+
+    pub fn sha256(&self) -> [u8; 32] {
+        self.checksum
+    }
 }
 
 impl std::fmt::Display for ObjectKey {
