@@ -152,36 +152,59 @@ pub struct ImageMeta<'a> {
 }
 
 /// Writes the object-set commit of a component layer: a flat tree naming each content object
-/// it carried (`content`, raw SHA-256s) by its checksum. Needs an open transaction; the objects
-/// must be in the repo. The dirtree is serialized here straight from the sorted checksums: built
-/// through a `MutableTree` it took several MiB per ten thousand objects, two layers at a time.
-pub fn write_object_set(repo: &ostree::Repo, content: &mut Vec<[u8; 32]>) -> Result<String> {
-    content.sort_unstable();
-    content.dedup();
-    let dirtree = glib::Variant::from_data_with_type(
-        object_set_dirtree(content),
-        glib::VariantTy::new("(a(say)a(sayay))").expect("the dirtree type"),
-    );
-    let tree = repo
-        .write_metadata(ObjectType::DirTree, None, &dirtree, gio::Cancellable::NONE)
-        .context("writing the layer's object set")?
-        .to_hex();
-    let root = ostree::MutableTree::from_checksum(repo, &tree, &root_dirmeta(repo)?);
-    let root = write_tree(repo, &root)?;
+/// it carried by its checksum (`sorted`: raw SHA-256s in ascending order, repeats allowed).
+/// Needs an open transaction; the objects must be in the repo. The dirtree and the commit are
+/// serialized here as libostree serializes them (the same bytes as ostree-rs-ext's), straight
+/// from the checksums: through a `MutableTree` and `write_commit` the tree was built, then
+/// loaded again, several MiB per ten thousand objects, two layers at a time.
+pub fn write_object_set<'c>(
+    repo: &ostree::Repo,
+    sorted: impl Iterator<Item = &'c [u8; 32]> + Clone,
+) -> Result<String> {
+    let cancellable = gio::Cancellable::NONE;
+    let tree = {
+        let dirtree = glib::Variant::from_data_with_type(
+            object_set_dirtree(sorted),
+            glib::VariantTy::new("(a(say)a(sayay))").expect("the dirtree type"),
+        );
+        repo.write_metadata(ObjectType::DirTree, None, &dirtree, cancellable)
+            .context("writing the layer's object set")?
+    };
+    let dirmeta = hex::decode(root_dirmeta(repo)?)?;
+    // (a{sv} ay a(say) s s t ay ay): no metadata, parent or related objects; empty subject and
+    // body; time 0; the root's dirtree and dirmeta.
+    let commit = (
+        HashMap::<String, glib::Variant>::new(),
+        Vec::<u8>::new(),
+        Vec::<(String, Vec<u8>)>::new(),
+        "",
+        "",
+        0u64,
+        hex::decode(tree.to_hex())?,
+        dirmeta,
+    )
+        .to_variant();
     let commit = repo
-        .write_commit_with_time(None, None, None, None, &root, 0, gio::Cancellable::NONE)
+        .write_metadata(ObjectType::Commit, None, &commit, cancellable)
         .context("writing the layer's object-set commit")?;
-    Ok(commit.to_string())
+    Ok(commit.to_hex())
 }
 
 /// The GVariant serialization of a dirtree `(a(say)a(sayay))` whose files are named by the
-/// hex of `sorted` checksums and hold those objects, with no subdirectories. Each `(say)` is
-/// the name with its NUL, the 32 bytes, and one framing offset (the name's end); the array ends
-/// with a table of its elements' end offsets; the tuple with the array's end (its last member,
-/// the empty array of directories, takes no bytes and no offset).
-fn object_set_dirtree(sorted: &[[u8; 32]]) -> Vec<u8> {
+/// hex of `sorted` checksums (repeats skipped) and hold those objects, with no subdirectories.
+/// Each `(say)` is the name with its NUL, the 32 bytes, and one framing offset (the name's
+/// end); the array ends with a table of its elements' end offsets; the tuple with the array's
+/// end (its last member, the empty array of directories, takes no bytes and no offset).
+fn object_set_dirtree<'c>(sorted: impl Iterator<Item = &'c [u8; 32]> + Clone) -> Vec<u8> {
     const ELEMENT: usize = 64 + 1 + 32 + 1;
-    let items = ELEMENT * sorted.len();
+    let distinct = || {
+        let mut previous = None;
+        sorted
+            .clone()
+            .filter(move |c| previous.replace(*c) != Some(*c))
+    };
+    let count = distinct().count();
+    let items = ELEMENT * count;
     // The offsets' width depends on the container's total size, offsets included.
     let width = |size: usize| match size {
         0..=0xff => 1,
@@ -191,9 +214,9 @@ fn object_set_dirtree(sorted: &[[u8; 32]]) -> Vec<u8> {
     };
     let array_width = [1, 2, 4, 8]
         .into_iter()
-        .find(|&w| width(items + w * sorted.len()) <= w)
+        .find(|&w| width(items + w * count) <= w)
         .unwrap_or(8);
-    let array = items + array_width * sorted.len();
+    let array = items + array_width * count;
     let tuple_width = [1, 2, 4, 8]
         .into_iter()
         .find(|&w| width(array + w) <= w)
@@ -202,13 +225,13 @@ fn object_set_dirtree(sorted: &[[u8; 32]]) -> Vec<u8> {
     let put = |out: &mut Vec<u8>, value: usize, width: usize| {
         out.extend_from_slice(&value.to_le_bytes()[..width]);
     };
-    for checksum in sorted {
+    for checksum in distinct() {
         out.extend_from_slice(hex::encode(checksum).as_bytes());
         out.push(0);
         out.extend_from_slice(checksum);
         put(&mut out, 65, 1);
     }
-    for i in 1..=sorted.len() {
+    for i in 1..=count {
         put(&mut out, i * ELEMENT, array_width);
     }
     put(&mut out, array, tuple_width);
@@ -532,8 +555,10 @@ mod tests {
                 sums.iter().map(|c| (hex::encode(c), c.to_vec())).collect();
             let dirs: Vec<(String, Vec<u8>, Vec<u8>)> = Vec::new();
             let expected = (files, dirs).to_variant();
+            // A repeated object is named once.
+            let repeated = sums.iter().flat_map(|c| [c, c]);
             assert_eq!(
-                object_set_dirtree(&sums),
+                object_set_dirtree(repeated),
                 expected.data(),
                 "{count} files"
             );

@@ -291,7 +291,12 @@ fn a_native_pivot_hands_over_to_ostree_rs_ext_and_pruning_keeps_the_store_whole(
     assert!(out.status.success(), "{out:?}");
     let tool = ext_fixtures_tool(false).unwrap();
     let scratch_repo = scratch.path().to_str().unwrap();
-    ext_judge(&tool, &["import", scratch_repo, &image], &env.registries_conf).unwrap();
+    ext_judge(
+        &tool,
+        &["import", scratch_repo, &image],
+        &env.registries_conf,
+    )
+    .unwrap();
     assert_eq!(
         layer_refs(&env.sysroot.repo_path()),
         layer_refs(scratch.path()),

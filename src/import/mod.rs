@@ -299,7 +299,7 @@ impl RepoImporter {
     /// the commit for its layer ref: a component layer's object set (the content objects it
     /// carried), or a derived layer's own commit. None for the commit layer (its ref is the
     /// image's commit, known once all layers are in) and for legacy layers.
-    pub fn write_layer_commit(&self, commit_layer: bool) -> Result<Option<String>> {
+    pub fn write_layer_commit(&mut self, commit_layer: bool) -> Result<Option<String>> {
         if self.format != Format::Native || commit_layer {
             return Ok(None);
         }
@@ -310,14 +310,15 @@ impl RepoImporter {
             .native
             .tally
             .names
-            .as_deref()
+            .as_deref_mut()
             .context("the layer's objects were not recorded")?;
-        let mut content: Vec<[u8; 32]> = names
+        // Content objects first, in checksum order (the record keeps no order).
+        names.sort_unstable_by_key(|k| (k.kind() != ObjectType::File, k.sha256()));
+        let content = names
             .iter()
-            .filter(|k| k.kind() == ObjectType::File)
-            .map(|k| k.sha256())
-            .collect();
-        crate::store::write_object_set(&self.repo, &mut content).map(Some)
+            .take_while(|k| k.kind() == ObjectType::File)
+            .map(ObjectKey::sha256_ref);
+        crate::store::write_object_set(&self.repo, content).map(Some)
     }
 
     /// A derived layer's entries dropped on import, by top-level directory.

@@ -94,6 +94,10 @@ impl ObjectKey {
     pub fn sha256(&self) -> [u8; 32] {
         self.checksum
     }
+
+    pub fn sha256_ref(&self) -> &[u8; 32] {
+        &self.checksum
+    }
 }
 
 impl std::fmt::Display for ObjectKey {
