@@ -136,8 +136,12 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
             None if kills < KILLS - 1 => {
                 Trigger::Bytes(rng.below(total), rng.duration(Duration::ZERO, JITTER))
             }
-            // Last, a kill late in the import; tried again if it came too late.
-            None => Trigger::LastLayer(0.5 + rng.below(400) as f64 / 1000.0),
+            // Last, a kill late in the import; tried again, earlier, if it came too late (a
+            // layer replayed from an earlier run's spool outruns the throttle's estimate).
+            None => {
+                let late_tries = i.saturating_sub(KILLS - 1) as f64;
+                Trigger::LastLayer((0.5 + rng.below(400) as f64 / 1000.0) / (1.0 + late_tries))
+            }
         };
         assert!(
             i < KILLS + 12,
