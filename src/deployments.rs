@@ -181,27 +181,8 @@ fn origin_image(origin: &glib::KeyFile) -> Option<String> {
 /// The registry image of an ostree-rs-ext image reference (`<sigverify>:<transport>:<name>`),
 /// if it is pinned to a digest.
 fn native_image(reference: &str) -> Option<String> {
-    // Signature policy first; the remote-verified ones name the remote next.
-    let transport_and_name = if let Some(r) = reference.strip_prefix("ostree-unverified-registry:")
-    {
-        return r.contains("@sha256:").then(|| r.to_string());
-    } else if let Some(r) = reference
-        .strip_prefix("ostree-unverified-image:")
-        .or_else(|| reference.strip_prefix("ostree-image-signed:"))
-    {
-        r
-    } else if let Some(r) = reference.strip_prefix("ostree-remote-registry:") {
-        let (_, name) = r.split_once(':')?;
-        return name.contains("@sha256:").then(|| name.to_string());
-    } else {
-        reference
-            .strip_prefix("ostree-remote-image:")?
-            .split_once(':')?
-            .1
-    };
-    let name = transport_and_name
-        .strip_prefix("registry:")
-        .or_else(|| transport_and_name.strip_prefix("docker://"))?;
+    let image = crate::store::image_of_origin(reference)?;
+    let name = image.strip_prefix("docker://")?;
     name.contains("@sha256:").then(|| name.to_string())
 }
 
