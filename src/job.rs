@@ -42,6 +42,9 @@ pub(crate) struct Job {
     pub(crate) runtime: Handle,
     pub(crate) progress: Progress,
     pub(crate) kargs: Vec<Edit>,
+    /// Per layer, the commit under which the store holds it whole ([`stored_layer`]): looked
+    /// up once, by the space check, and read by the layer imports.
+    pub(crate) stored: std::sync::OnceLock<Vec<Option<String>>>,
 }
 
 impl Job {
@@ -198,6 +201,17 @@ impl Job {
         Ok(merge)
     }
 
+    /// [`Self::stored`], looked up on first use.
+    fn stored(&self, repo: &ostree::Repo) -> Result<&[Option<String>]> {
+        if let Some(stored) = self.stored.get() {
+            return Ok(stored);
+        }
+        let stored = (0..self.os.layers.len())
+            .map(|i| stored_layer(repo, &self.os, i))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.stored.get_or_init(|| stored))
+    }
+
     /// Whether the import of `layer` keeps checkpoints (see `import::checkpoint`).
     fn checkpointed(&self, layer: &Layer) -> bool {
         !layer.derived && layer.compression == Compression::Gzip
@@ -211,7 +225,7 @@ impl Job {
         let mut layers = Vec::new();
         // Layers the store holds already are not fetched, and need no room.
         for (i, l) in self.os.layers.iter().enumerate() {
-            if stored_layer(repo, &self.os, i)?.is_some() {
+            if self.stored(repo)?[i].is_some() {
                 continue;
             }
             let size = l.descriptor.size.max(0) as u64;
@@ -355,7 +369,7 @@ impl Job {
             .context("no image source to fetch the layers from")?;
         let count = self.os.layers.len();
         let native = self.os.format == Format::Native;
-        if let Some(commit) = stored_layer(repo, &self.os, i)? {
+        if let Some(commit) = &self.stored(repo)?[i] {
             tracing::info!(
                 "layer {}/{count} {digest} is in the repo already ({commit}): not fetched",
                 i + 1

@@ -347,6 +347,7 @@ impl Run<'_> {
             runtime: Handle::current(),
             progress: self.opts.progress.clone(),
             kargs: self.kargs.clone(),
+            stored: Default::default(),
         };
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {
