@@ -117,6 +117,19 @@ fn sorted(v: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// ostree-rs-ext's deployment of `image` on `env`'s sysroot (as `bootc switch` or
+/// `rpm-ostree rebase` make it); its answer.
+fn ext_deploy(env: &Env, image: &str) -> Value {
+    let tool = ext_fixtures_tool(false).unwrap();
+    let sysroot = env.sysroot.path.to_str().unwrap();
+    ext_judge(
+        &tool,
+        &["deploy", sysroot, STATEROOT, image],
+        &env.registries_conf,
+    )
+    .unwrap()
+}
+
 /// The store's layer refs of the repo at `repo`, ref → commit.
 fn layer_refs(repo: &Path) -> Vec<(String, String)> {
     let ostree = |args: &[&str]| {
@@ -344,14 +357,7 @@ fn a_native_pivot_hands_over_to_ostree_rs_ext_and_pruning_keeps_the_store_whole(
 
     // From the legacy deployment, the rebase rpm-ostree and bootc do (ostree-rs-ext's deploy)
     // takes the native image from the store, and pivot status reads what it made.
-    let tool = ext_fixtures_tool(false).unwrap();
-    let sysroot = env.sysroot.path.to_str().unwrap();
-    let rebased = ext_judge(
-        &tool,
-        &["deploy", sysroot, STATEROOT, &v3_image],
-        &env.registries_conf,
-    )
-    .unwrap();
+    let rebased = ext_deploy(&env, &v3_image);
     assert_eq!(rebased["merge_commit"], merge3.as_str());
     let status = env.status_json();
     let first = &status["deployments"][0];
@@ -382,15 +388,7 @@ fn a_node_ostree_rs_ext_deployed_is_at_target_for_pivot_and_its_layers_are_reuse
     } = chunked_v2_and_v3();
 
     // As `bootc switch` / `rpm-ostree rebase` leave it: deployed by tag.
-    let tool = ext_fixtures_tool(false).unwrap();
-    let by_tag = format!("docker://{host}/pivot/native:v2");
-    let sysroot = env.sysroot.path.to_str().unwrap();
-    let deployed = ext_judge(
-        &tool,
-        &["deploy", sysroot, STATEROOT, &by_tag],
-        &env.registries_conf,
-    )
-    .unwrap();
+    let deployed = ext_deploy(&env, &format!("docker://{host}/pivot/native:v2"));
     let merge = deployed["merge_commit"].as_str().unwrap();
     let status = env.status_json();
     let first = &status["deployments"][0];
