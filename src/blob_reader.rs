@@ -1,8 +1,8 @@
 //! A blocking `Read` over a layer blob that the async runtime downloads ahead of it, resuming
-//! with HTTP Range requests after transient faults (within the run's retry budget), or that a
-//! blocking task reads from an OCI layout; either way it checks the blob's size and sha256
-//! digest itself: the reader reports end-of-file only for a blob that
-//! verified, so a consumer that reads to the end has verified data.
+//! with HTTP Range requests after transient faults (within the retry budget, counted from the
+//! last byte that arrived), or that a blocking task reads from an OCI layout; either way it
+//! checks the blob's size and sha256 digest itself: the reader reports end-of-file only for a
+//! blob that verified, so a consumer that reads to the end has verified data.
 //!
 //! With a spool file, every byte received is also appended to it; a later run (after this one was
 //! killed) replays the spool and downloads only the rest. Spooled bytes are trusted no more than
@@ -328,6 +328,7 @@ async fn forward(
 ) {
     let policy = *registry.retry_policy();
     let mut attempt = 0;
+    let mut progress = std::time::Instant::now();
     while offset < size {
         let failure = match registry.blob_from(&desc, offset).await {
             Ok(blob) if blob.remaining.is_some_and(|n| n != size - offset) => {
@@ -344,6 +345,7 @@ async fn forward(
                         Ok(mut chunk) => {
                             offset += chunk.len() as u64;
                             attempt = 0;
+                            progress = std::time::Instant::now();
                             // In small pieces, so that the channel bounds the bytes held
                             // ahead, whatever size of chunks the connection delivers.
                             while !chunk.is_empty() {
@@ -375,7 +377,7 @@ async fn forward(
             Err(e) => crate::retry::describe(&e),
         };
         attempt += 1;
-        match policy.next_delay(attempt) {
+        match policy.next_delay(attempt, progress) {
             Some(delay) => {
                 tracing::warn!(
                     "fetching blob {}: {failure}; resuming at byte {offset} in {:.1} s",
@@ -387,7 +389,7 @@ async fn forward(
             None => {
                 let _ = tx
                     .send(Err(io::Error::other(format!(
-                        "{failure} (gave up at byte {offset} of {size} within the {} s retry budget)",
+                        "{failure} (gave up at byte {offset} of {size} after {} s without progress, the retry budget)",
                         policy.budget().as_secs()
                     ))))
                     .await;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::config::auth::AuthFiles;
@@ -100,7 +100,9 @@ pub struct PivotArgs {
     /// Write progress as JSON Lines to this open file descriptor (shape in the README).
     #[arg(long, value_name = "FD")]
     pub progress_fd: Option<i32>,
-    /// Seconds a run may spend retrying transient registry faults before it fails.
+    /// Seconds one transient registry fault may be retried, counted from the last progress (a
+    /// byte that arrived): a long pull survives any number of drops, a registry that stays
+    /// down fails the run after this long.
     #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
     pub retry_timeout: u64,
     /// Keep the downloaded bytes of the layers in flight on disk (of a gzip layer, those since
@@ -223,11 +225,18 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
     };
     let report = pivot::run(&opts).await?;
     let reboot_owed = match report.outcome {
-        Outcome::Changed { .. } => true,
-        Outcome::Unchanged { reboot_pending } => reboot_pending || reboot::is_needed(),
-        Outcome::Update | Outcome::Downloaded => false,
+        Outcome::Staged | Outcome::Deployed => true,
+        Outcome::Unchanged | Outcome::Confirmed => report.reboot_pending || reboot::is_needed(),
+        _ => false,
     };
     if args.reboot && reboot_owed {
+        // The state file counts attempts so that a target that keeps failing is given up on;
+        // a reboot this run could not count could be the first of a loop.
+        if let Some(why) = &report.unrecorded {
+            bail!(
+                "not rebooting: this attempt could not be recorded ({why}), and without the record pivot cannot stop a reboot loop; the deployment is in place: reboot by hand once the state file can be written"
+            );
+        }
         if report.booted {
             reboot::reboot(&report.target)?;
         } else {
@@ -238,7 +247,9 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         }
     }
     Ok(match report.outcome {
-        Outcome::Unchanged { .. } if args.unchanged_exit_77 || args.check => Exit::Unchanged,
+        Outcome::Unchanged | Outcome::Confirmed if args.unchanged_exit_77 || args.check => {
+            Exit::Unchanged
+        }
         _ => Exit::Success,
     })
 }

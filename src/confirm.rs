@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 
 use crate::deployments::{self, DeploymentInfo};
 use crate::events::Target;
+use crate::outcome::Outcome;
 use crate::state::StateFile;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +44,7 @@ pub fn confirm(sysroot_path: &Path) -> Result<Verdict> {
     let Some(commit) = last
         .commit
         .clone()
-        .filter(|_| matches!(last.outcome.as_str(), "staged" | "deployed"))
+        .filter(|_| last.outcome.made_deployment())
     else {
         return Ok(Verdict::Nothing);
     };
@@ -57,12 +58,12 @@ pub fn confirm(sysroot_path: &Path) -> Result<Verdict> {
         commit: commit.clone(),
     };
     let verdict = if running.checksum == commit {
-        last.outcome = "confirmed".into();
+        last.outcome = Outcome::Confirmed;
         last.error = None;
         Verdict::Confirmed { target }
     } else {
         let reason = not_running_reason(&list, running, &commit);
-        last.outcome = "failed".into();
+        last.outcome = Outcome::Failed;
         last.error = Some(reason.clone());
         Verdict::NotRunning { target, reason }
     };

@@ -243,11 +243,8 @@ impl Job {
     /// and the commit is complete. On failure the transaction's temporary space is freed.
     fn import(&self, repo: &ostree::Repo, spooling: bool) -> Result<String> {
         let tmp = repo.path().path().unwrap_or_default().join("tmp");
-        let before = import::staging_dirs(&tmp);
         let imported = self.import_in_transaction(repo, spooling);
-        if imported.is_err() {
-            import::remove_new_staging_dirs(&tmp, &before);
-        }
+        import::remove_unheld_staging_dirs(&tmp);
         imported
     }
 

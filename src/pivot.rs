@@ -19,6 +19,7 @@ use crate::image::{Format, OsImage};
 use crate::import;
 use crate::job::{deployment_ids, downloaded_ref, Job};
 use crate::kargs::{self, Edit};
+pub use crate::outcome::Outcome;
 use crate::progress::Progress;
 use crate::reference::ImageRef;
 use crate::registry::Access;
@@ -44,19 +45,6 @@ pub struct Options {
     pub download_only: bool,
     pub access: Access,
     pub progress: Progress,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// A new deployment was staged (booted system) or written (other sysroot).
-    Changed { staged: bool },
-    /// Nothing to do. `reboot_pending`: the target is deployed but a pullspec-file run found the
-    /// node not running it, so the pending reboot is still owed.
-    Unchanged { reboot_pending: bool },
-    /// `--check` found a target to move to.
-    Update,
-    /// `--download-only` imported the target's commit.
-    Downloaded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +134,12 @@ pub(crate) fn find_at_target<'d>(
 /// What a finished run reports to its caller.
 pub struct Report {
     pub outcome: Outcome,
+    /// The target is deployed but a pullspec-file run found the node not running it: the
+    /// reboot that would start it is still owed.
+    pub reboot_pending: bool,
+    /// Why the attempt could not be recorded in the state file, if it could not: then the
+    /// reboot-loop guard cannot count this attempt, and pivot must not reboot.
+    pub unrecorded: Option<String>,
     /// The sysroot is the running system (so rebooting means something).
     pub booted: bool,
     /// The target, for the journal.
@@ -197,30 +191,40 @@ pub async fn run(opts: &Options) -> Result<Report> {
                 Source::File => "file",
             },
         ),
+        reboot_pending: false,
+        unrecorded: None,
     };
     let result = run.pivot().await;
-    if let Err(e) = &result {
-        run.attempt.outcome = "failed".into();
-        run.attempt.error = Some(format!("{e:#}"));
-    }
-    opts.progress.finish(&run.attempt.outcome);
+    run.attempt.outcome = match &result {
+        Ok(outcome) => *outcome,
+        Err(e) => {
+            run.attempt.error = Some(format!("{e:#}"));
+            Outcome::Failed
+        }
+    };
+    let outcome = run.attempt.outcome;
+    opts.progress.finish(outcome);
     run.state.last = Some(run.attempt);
     // A check changes nothing, not even the record of attempts.
     if !opts.check {
         if let Err(e) = state_file.save(&run.state) {
             tracing::warn!("could not record the outcome: {e:#}");
+            run.unrecorded.get_or_insert(format!("{e:#}"));
         }
     }
+    if let Err(e) = &result {
+        events::error(events::FAILED, &run.target, &format!("{e:#}"));
+    }
+    events::finished(&run.target, outcome);
     match result {
         Ok(outcome) => Ok(Report {
             outcome,
+            reboot_pending: run.reboot_pending,
+            unrecorded: run.unrecorded,
             booted: local.booted,
             target: run.target,
         }),
-        Err(e) => {
-            events::error(events::FAILED, &run.target, &format!("{e:#}"));
-            Err(Reported(e).into())
-        }
+        Err(e) => Err(Reported(e).into()),
     }
 }
 
@@ -250,6 +254,10 @@ struct Run<'a> {
     state_file: &'a StateFile,
     state: State,
     attempt: Attempt,
+    /// See [`Report::reboot_pending`].
+    reboot_pending: bool,
+    /// See [`Report::unrecorded`].
+    unrecorded: Option<String>,
 }
 
 impl Run<'_> {
@@ -352,26 +360,17 @@ impl Run<'_> {
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {
             // Another pivot deployed the target while this one waited for the lock.
-            return Ok(Outcome::Unchanged {
-                reboot_pending: false,
-            });
+            return Ok(Outcome::Unchanged);
         };
         self.attempt.commit = Some(commit.clone());
         self.target.commit = commit.clone();
         let Some(deployed) = deployed else {
-            self.attempt.outcome = "downloaded".into();
             tracing::info!(
                 "downloaded {commit}; `pivot {}` deploys it, without the registry",
                 self.image.with_digest(&digest)
             );
             return Ok(Outcome::Downloaded);
         };
-        self.attempt.outcome = if deployed.staged {
-            "staged"
-        } else {
-            "deployed"
-        }
-        .into();
         events::info(
             events::DEPLOYED,
             &self.target,
@@ -385,8 +384,9 @@ impl Run<'_> {
         if deployed.staged {
             crate::reboot::mark_needed()?;
         }
-        Ok(Outcome::Changed {
-            staged: deployed.staged,
+        Ok(match deployed.staged {
+            true => Outcome::Staged,
+            false => Outcome::Deployed,
         })
     }
 
@@ -471,7 +471,7 @@ impl Run<'_> {
                 String::new()
             }
         );
-        Ok(Outcome::Update)
+        Ok(Outcome::UpdateAvailable)
     }
 
     /// The target is already deployed as `hit`.
@@ -493,13 +493,11 @@ impl Run<'_> {
                 &self.target,
                 &format!("already at target {}: nothing to do", self.image),
             );
-            self.attempt.outcome = "unchanged".into();
             if self.source == Source::File && !self.opts.check {
                 self.confirm()?;
+                return Ok(Outcome::Confirmed);
             }
-            return Ok(Outcome::Unchanged {
-                reboot_pending: false,
-            });
+            return Ok(Outcome::Unchanged);
         }
         events::info(
             events::UNCHANGED,
@@ -510,10 +508,8 @@ impl Run<'_> {
                 if hit.staged { "staged" } else { "default" }
             ),
         );
-        self.attempt.outcome = "unchanged".into();
-        Ok(Outcome::Unchanged {
-            reboot_pending: self.source == Source::File && self.local.booted,
-        })
+        self.reboot_pending = self.source == Source::File && self.local.booted;
+        Ok(Outcome::Unchanged)
     }
 
     /// The node runs the pullspec file's target: the file has done its job.
@@ -526,7 +522,6 @@ impl Run<'_> {
         }
         self.state.target = None;
         self.state.attempts = 0;
-        self.attempt.outcome = "confirmed".into();
         Ok(())
     }
 
@@ -554,7 +549,12 @@ impl Run<'_> {
         );
         let mut snapshot = self.state.clone();
         snapshot.last = Some(self.attempt.clone());
-        // Saved before any work, so a run that dies (or reboots) still counts.
-        self.state_file.save(&snapshot)
+        // Saved before any work, so a run that dies (or reboots) still counts. A run that
+        // cannot count itself may still deploy, but must not reboot (see `Report::unrecorded`).
+        if let Err(e) = self.state_file.save(&snapshot) {
+            tracing::warn!("could not record the attempt: {e:#}");
+            self.unrecorded = Some(format!("{e:#}"));
+        }
+        Ok(())
     }
 }

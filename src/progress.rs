@@ -8,7 +8,8 @@
 //!   `{"event":"start","image":…,"digest":…,"total":N,"layers":[{"digest":…,"size":N}]}`,
 //!   `{"event":"bytes","layer":I,"digest":…,"done":N,"size":N,"total_done":N,"total":N}`
 //!   (at most every 250 ms per layer, and when a layer completes),
-//!   `{"event":"done","outcome":"staged"|"deployed"|"unchanged"|"failed","bytes":N,"seconds":F}`.
+//!   `{"event":"done","outcome":O,"bytes":N,"seconds":F}`, O one of [`Outcome`]'s values
+//!   (`staged`, `deployed`, `downloaded`, `unchanged`, `update-available`, `confirmed`, `failed`).
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -18,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use serde_json::json;
+
+use crate::outcome::Outcome;
 
 const TERMINAL_EVERY: Duration = Duration::from_millis(100);
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
@@ -121,7 +124,7 @@ impl Progress {
     }
 
     /// Ends the display: a summary line, and the `done` event.
-    pub fn finish(&self, outcome: &str) {
+    pub fn finish(&self, outcome: Outcome) {
         self.with(|s| {
             s.clear_bars();
             let secs = s.started.elapsed().as_secs_f64();

@@ -1,7 +1,11 @@
 //! Retrying registry requests: transient faults (connection refused or reset, timeouts, 408, 429,
-//! 5xx, a body cut short) are retried with exponential backoff and full jitter until the run's
-//! time budget (`--retry-timeout`, default 120 s) is spent; permanent ones (401, 403, 404, other
-//! 4xx, digest mismatches) fail at once with the registry's own message.
+//! 5xx, a body cut short) are retried with exponential backoff and full jitter; permanent ones
+//! (401, 403, 404, other 4xx, digest mismatches) fail at once with the registry's own message.
+//!
+//! The budget (`--retry-timeout`, default 120 s) bounds one fault, not the run: it counts from
+//! the last progress (a request that succeeded, a byte of a blob that arrived), so a pull of
+//! hours over a link that drops now and then resumes after every drop, while a registry that
+//! stays down is given up on after the budget.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -12,28 +16,25 @@ pub const DEFAULT_BUDGET: Duration = Duration::from_secs(120);
 const FIRST_DELAY: Duration = Duration::from_millis(500);
 const MAX_DELAY: Duration = Duration::from_secs(15);
 
-/// How long one pivot run may keep retrying, shared by all its requests.
+/// How long one fault may be retried: the time since the last progress.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
-    deadline: Instant,
     budget: Duration,
 }
 
 impl RetryPolicy {
     pub fn new(budget: Duration) -> RetryPolicy {
-        RetryPolicy {
-            deadline: Instant::now() + budget,
-            budget,
-        }
+        RetryPolicy { budget }
     }
 
-    /// The delay before retry number `attempt` (1-based), or `None` once the budget is spent.
-    pub fn next_delay(&self, attempt: u32) -> Option<Duration> {
+    /// The delay before retry number `attempt` (1-based) of a fault whose last progress was at
+    /// `progress`, or `None` once the retry would end after the budget.
+    pub fn next_delay(&self, attempt: u32, progress: Instant) -> Option<Duration> {
         let exp = FIRST_DELAY.saturating_mul(1 << attempt.saturating_sub(1).min(16));
         let cap = exp.min(MAX_DELAY);
         // Full jitter: many nodes retrying against one registry must not do so in lockstep.
         let delay = cap.mul_f64(0.5 + 0.5 * jitter());
-        (Instant::now() + delay < self.deadline).then_some(delay)
+        (progress.elapsed() + delay < self.budget).then_some(delay)
     }
 
     pub fn budget(&self) -> Duration {
@@ -127,6 +128,8 @@ where
     Fut: Future<Output = Result<T, OciDistributionError>>,
 {
     let mut attempt = 0;
+    // One call is one fault: what came before it succeeded.
+    let progress = Instant::now();
     loop {
         attempt += 1;
         let err = match op().await {
@@ -136,7 +139,7 @@ where
         if !is_transient(&err) {
             return Err(anyhow::anyhow!("{}", describe(&err)));
         }
-        match policy.next_delay(attempt) {
+        match policy.next_delay(attempt, progress) {
             Some(delay) => {
                 tracing::warn!(
                     "{what}: {}; retrying in {:.1} s",
@@ -147,10 +150,10 @@ where
             }
             None => {
                 return Err(anyhow::anyhow!(
-                    "{} (gave up after {attempt} attempts within the {} s retry budget)",
-                    describe(&err),
-                    policy.budget().as_secs()
-                ))
+                "{} (gave up after {attempt} attempts in {} s without progress, the retry budget)",
+                describe(&err),
+                policy.budget().as_secs()
+            ))
             }
         }
     }
@@ -163,19 +166,29 @@ mod tests {
     #[test]
     fn delays_grow_and_stay_within_the_cap() {
         let policy = RetryPolicy::new(Duration::from_secs(3600));
-        let first = policy.next_delay(1).unwrap();
+        let first = policy.next_delay(1, Instant::now()).unwrap();
         assert!(
             first >= FIRST_DELAY / 2 && first <= FIRST_DELAY,
             "{first:?}"
         );
-        let late = policy.next_delay(30).unwrap();
+        let late = policy.next_delay(30, Instant::now()).unwrap();
         assert!(late >= MAX_DELAY / 2 && late <= MAX_DELAY, "{late:?}");
     }
 
     #[test]
     fn spent_budget_stops_retries() {
         let policy = RetryPolicy::new(Duration::from_millis(10));
-        assert!(policy.next_delay(1).is_none());
+        assert!(policy.next_delay(1, Instant::now()).is_none());
+    }
+
+    #[test]
+    fn the_budget_counts_from_the_last_progress_not_from_the_start() {
+        let policy = RetryPolicy::new(Duration::from_secs(60));
+        let long_ago = Instant::now() - Duration::from_secs(3600);
+        // A run that started an hour ago and made progress just now may retry…
+        assert!(policy.next_delay(1, Instant::now()).is_some());
+        // …one that has made none for an hour may not.
+        assert!(policy.next_delay(1, long_ago).is_none());
     }
 
     #[test]

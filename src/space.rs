@@ -18,8 +18,8 @@
 //!   already holds that exact set for the stateroot (same boot checksum), plus a small margin for
 //!   the boot entries.
 //!
-//! `PIVOT_SPACE_FACTOR` replaces [`EXPANSION`] (tests set it to 0 to get past the pre-flight
-//! check and meet a real ENOSPC).
+//! The estimate is only that: an image that compresses better than [`EXPANSION`] can still
+//! meet ENOSPC mid-import, which leaves the sysroot as it was (the transaction is dropped).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -34,8 +34,6 @@ use crate::PARALLEL_LAYERS;
 
 /// Bytes of objects per byte of (compressed) layer.
 pub const EXPANSION: f64 = 3.0;
-/// Environment variable replacing [`EXPANSION`].
-pub const FACTOR_ENV: &str = "PIVOT_SPACE_FACTOR";
 /// Room for the boot entries and bootloader configuration written with a new kernel.
 const BOOT_MARGIN: u64 = 256 << 10;
 
@@ -46,15 +44,6 @@ pub fn free_bytes(path: &Path) -> Result<u64> {
         .with_context(|| format!("reading the free space of {}", path.display()))?;
     #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
     Ok(st.blocks_available() as u64 * st.fragment_size() as u64)
-}
-
-/// The expansion factor in effect: [`FACTOR_ENV`] if set to a number ≥ 0, else [`EXPANSION`].
-pub fn expansion() -> f64 {
-    std::env::var(FACTOR_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|f| f.is_finite() && *f >= 0.0)
-        .unwrap_or(EXPANSION)
 }
 
 /// One layer to import: its size, how much of it a spool already holds, and whether its import
@@ -108,7 +97,7 @@ pub fn check_repo(
     layers: &[Layer],
     spooling: bool,
 ) -> Result<bool> {
-    let mut needs = repo_needs(layers, expansion());
+    let mut needs = repo_needs(layers, EXPANSION);
     if !spooling {
         needs.spools = 0;
     }

@@ -11,6 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::outcome::Outcome;
+
 /// Attempts at one pullspec-file target before pivot stops trying (and stops rebooting).
 pub const MAX_ATTEMPTS: u32 = 3;
 
@@ -30,8 +32,7 @@ pub struct Attempt {
     pub source: String,
     /// Seconds since the Unix epoch.
     pub started: u64,
-    /// `running`, `staged`, `deployed`, `unchanged`, `confirmed` or `failed`.
-    pub outcome: String,
+    pub outcome: Outcome,
     pub digest: Option<String>,
     pub commit: Option<String>,
     pub error: Option<String>,
@@ -46,7 +47,7 @@ impl Attempt {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or_default(),
-            outcome: "running".into(),
+            outcome: Outcome::Running,
             digest: None,
             commit: None,
             error: None,

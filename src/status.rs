@@ -10,7 +10,8 @@
 //!                      "booted": bool, "staged": bool, "default": bool, "rollback": bool } ],
 //!   "pivot": { "<stateroot>": { "target": "<pullspec>" | null, "attempts": 1,
 //!              "last": { "pullspec": "…", "source": "file" | "argument", "started": <unix s>,
-//!                        "outcome": "running" | "staged" | "deployed" | "unchanged" | "confirmed" | "failed",
+//!                        "outcome": "running" | "staged" | "deployed" | "downloaded" | "unchanged"
+//!                                   | "confirmed" | "failed"   (see crate::outcome::Outcome),
 //!                        "digest": …, "commit": …, "error": "…" | null } | null } } }
 //! ```
 
@@ -235,7 +236,7 @@ mod golden {
         v1.rollback = true;
         let mut last = Attempt::new("quay.io/os/node:4.15", "file");
         last.started = 1_796_050_800;
-        last.outcome = "failed".into();
+        last.outcome = crate::outcome::Outcome::Failed;
         last.digest = Some(format!("sha256:{}", "d".repeat(64)));
         last.error = Some(
             "pulling quay.io/os/node:4.15: fetching layer 1/2 sha256:dd…: digest mismatch".into(),

@@ -256,14 +256,7 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
 {
     let tmpfs = Tmpfs::mount(512 << 20).expect("mounting a tmpfs for the sysroot");
     let mut env = Env::new_in(tmpfs.path());
-    let image = push_big_v2(&env);
-    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
-    proxy.add_fault(Fault::throttle("/blobs/", THROTTLE).always());
-    insecure_via(&mut env, &proxy);
-    let pullspec = format!("{}/pivot/os@{}", proxy.host(), image.digest);
-
-    let run = PivotRun::start(&env, &pullspec).until(Trigger::LastLayer(0.5));
-    assert_eq!(run.ended, Ended::Killed, "{}", run.stderr);
+    let (image, proxy, pullspec, run) = killed_in_the_last_layer(&mut env);
     assert_eq!(run.phase(), "importing", "{}", run.stderr);
     assert_node_sound(&env, &image, "after the kill");
 
@@ -466,6 +459,79 @@ fn kill_inside_the_layer_and_resume(mut env: Env, image: &PushedImage) {
         [image.commit.clone(), env.sysroot.commit_v1().to_string()]
     );
     assert_node_sound(&env, image, "after the run that could not resume");
+}
+
+#[test]
+fn a_killed_runs_staging_directory_does_not_outlive_the_next_run_unless_its_lock_is_held() {
+    let mut env = Env::new();
+    let (image, _proxy, pullspec, _) = killed_in_the_last_layer(&mut env);
+    let tmp = env.sysroot.repo_path().join("tmp");
+    let left = pivot::import::staging_dirs(&tmp);
+    let locks: Vec<_> = left
+        .iter()
+        .map(|n| tmp.join(n))
+        .filter(|p| p.to_string_lossy().ends_with("-lock"))
+        .collect();
+    assert!(
+        !locks.is_empty(),
+        "the killed run left no lock file: {left:?}"
+    );
+    assert!(locks.iter().all(|l| !pivot::import::lock_held(l)));
+    // The node rebooted: libostree reuses a staging directory only in the boot that made it.
+    for name in &left {
+        let name = name.to_string_lossy();
+        let rest = name.strip_prefix("staging-").unwrap();
+        let other_boot = format!(
+            "staging-00000000-0000-0000-0000-000000000000{}",
+            &rest[36..]
+        );
+        std::fs::rename(tmp.join(&*name), tmp.join(other_boot)).unwrap();
+    }
+    // Another program's transaction, going on: its lock is held.
+    let busy = tmp.join("staging-11111111-1111-1111-1111-111111111111-busy");
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join("object"), b"in use").unwrap();
+    let held =
+        File::create(tmp.join("staging-11111111-1111-1111-1111-111111111111-busy-lock")).unwrap();
+    // SAFETY: a zeroed flock is valid; an open descriptor and a live pointer.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    assert_eq!(
+        unsafe { libc::fcntl(held.as_raw_fd(), libc::F_OFD_SETLK, &lock) },
+        0
+    );
+
+    let out = env.pivot(&[&pullspec]);
+    assert_success(&out);
+    assert_eq!(env.deployed_images()[0], image.commit);
+    let left: Vec<String> = pivot::import::staging_dirs(&tmp)
+        .into_iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        left,
+        [
+            "staging-11111111-1111-1111-1111-111111111111-busy",
+            "staging-11111111-1111-1111-1111-111111111111-busy-lock"
+        ],
+        "the killed run's staging directory outlived the next run, or a held one was removed"
+    );
+    assert!(busy.join("object").exists());
+    drop(held);
+}
+
+/// Pushes the big image behind a throttling proxy, and kills a pivot of it halfway through its
+/// last layer: the image, the proxy, the pullspec through it, and the killed run.
+fn killed_in_the_last_layer(env: &mut Env) -> (PushedImage, FaultProxy, String, Outcome) {
+    let image = push_big_v2(env);
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    proxy.add_fault(Fault::throttle("/blobs/", THROTTLE).always());
+    insecure_via(env, &proxy);
+    let pullspec = format!("{}/pivot/os@{}", proxy.host(), image.digest);
+    let run = PivotRun::start(env, &pullspec).until(Trigger::LastLayer(0.5));
+    assert_eq!(run.ended, Ended::Killed, "{}", run.stderr);
+    (image, proxy, pullspec, run)
 }
 
 /// Removes the repo's staging directories, as a reboot makes libostree pass them over.

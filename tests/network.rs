@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -199,6 +200,116 @@ fn bearer_token_flow_gets_a_token_with_the_credentials() {
     assert_secret_absent(&env, &out, SECRET);
 }
 
+#[test]
+fn tokens_that_expire_during_a_long_pull_are_renewed() {
+    let tokens = TokenServer::builder()
+        .user("node", SECRET)
+        .lifetime(Duration::from_secs(2))
+        .start()
+        .unwrap();
+    let registry = Registry::builder().token_auth(&tokens).start().unwrap();
+    let mut env = Env::with_registry(registry);
+    let v2 = push_big_v2(&env);
+    let auth = env.dir().join("auth.json");
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    write_auth_json(&auth, &[(&proxy.host(), "node", SECRET)]).unwrap();
+    // Every blob at 64 KiB/s: the pull takes several token lifetimes.
+    proxy.add_fault(Fault::throttle("/blobs/", 64 << 10).always());
+    insecure_via(&mut env, &proxy);
+
+    let started = Instant::now();
+    let out = env.pivot(&["--authfile", auth.to_str().unwrap(), &through(&proxy, "v2")]);
+    assert_success(&out);
+    assert!(
+        started.elapsed() > Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        v2.commit.as_str()
+    );
+    assert!(
+        tokens.issued_count() > 1,
+        "one token for the whole pull: {:?}",
+        tokens.requests()
+    );
+    assert_secret_absent(&env, &out, SECRET);
+}
+
+/// A token-auth registry behind a fault proxy that answers the first `refusals` GETs of the
+/// first layer 401 with a Bearer challenge, as a registry does for a token it no longer
+/// accepts, and the pivot through it.
+struct RefusedToken {
+    env: Env,
+    v2: pivot_testkit::PushedImage,
+    out: Output,
+    /// Tokens the token service issued.
+    issued: usize,
+    /// GETs of the first layer.
+    gets: usize,
+}
+
+fn pull_with_refused_token(refusals: u32) -> RefusedToken {
+    let tokens = TokenServer::builder().user("node", SECRET).start().unwrap();
+    let registry = Registry::builder().token_auth(&tokens).start().unwrap();
+    let mut env = Env::with_registry(registry);
+    let v2 = env.push_v2();
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    let auth = env.dir().join("auth.json");
+    write_auth_json(&auth, &[(&proxy.host(), "node", SECRET)]).unwrap();
+    let layer = format!("/blobs/{}", v2.layer_digests[0]);
+    proxy.add_fault(Fault::status(&layer, 401).method("GET").times(refusals));
+    insecure_via(&mut env, &proxy);
+    let out = env.pivot(&[
+        "--retry-timeout",
+        "60",
+        "--authfile",
+        auth.to_str().unwrap(),
+        &through(&proxy, "v2"),
+    ]);
+    RefusedToken {
+        issued: tokens.issued_count(),
+        gets: proxy.count_requests("GET", &layer),
+        env,
+        v2,
+        out,
+    }
+}
+
+#[test]
+fn a_token_the_registry_stops_accepting_is_replaced_and_the_request_sent_again() {
+    let run = pull_with_refused_token(1);
+    assert_success(&run.out);
+    assert!(
+        stderr(&run.out).contains("refused the pull token"),
+        "{}",
+        stderr(&run.out)
+    );
+    assert!(run.issued >= 2, "{} tokens issued", run.issued);
+    assert_eq!(run.gets, 2);
+    assert_eq!(
+        run.env.status_json()["deployments"][0]["checksum"],
+        run.v2.commit.as_str()
+    );
+}
+
+#[test]
+fn a_new_token_refused_too_is_the_credentials_fault_and_fails_at_once() {
+    let run = pull_with_refused_token(2);
+    assert_fails_with(
+        &run.out,
+        &[
+            "refused a newly issued token as well",
+            "the credentials from",
+            "may not pull",
+        ],
+    );
+    // Not retried: once with the old token, once with the new one.
+    assert_eq!(run.gets, 2);
+    assert_secret_absent(&run.env, &run.out, SECRET);
+}
+
 /// Runs pivot with a long retry budget and asserts it fails at once (a TLS refusal is not
 /// retried), with every one of `needles` in its message and the sysroot untouched.
 fn assert_refused_at_once(env: &Env, args: &[&str], needles: &[&str]) {
@@ -256,6 +367,36 @@ fn tls_registry_is_trusted_with_its_ca_and_refused_without() {
     let _cleanup = RemoveOnDrop(system.clone());
     let out = env.pivot(&["--unchanged-exit-77", &v2.by_tag]);
     assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
+}
+
+#[test]
+fn an_insecure_entry_reaches_a_tls_registry_with_an_unknown_ca_and_nothing_else_does() {
+    let ca = TestCa::new("pivot test CA").unwrap();
+    let registry = Registry::builder().tls(&ca).unwrap().start().unwrap();
+    let mut env = Env::with_registry(registry);
+    let v2 = env.push_v2();
+    assert_refused_at_once(&env, &[&v2.by_tag], &["fetching manifest", "certificate"]);
+
+    // containers-registries.conf(5): insecure allows TLS without verification, tried first.
+    env.set_registries_conf(&format!(
+        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+        env.registry.host()
+    ));
+    let out = env.pivot(&[&v2.by_tag]);
+    assert_success(&out);
+    assert!(
+        stderr(&out).contains("marked insecure: its TLS certificate is not verified"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        v2.commit.as_str()
+    );
+
+    // The entry names this registry only: another port of the same host is still verified.
+    env.set_registries_conf("[[registry]]\nlocation = \"127.0.0.1:1\"\ninsecure = true\n");
+    assert_refused_at_once(&env, &[&v2.by_tag], &["certificate"]);
 }
 
 struct RemoveOnDrop(std::path::PathBuf);
@@ -493,7 +634,12 @@ fn unreachable_registry_is_retried_within_the_budget_then_reported() {
     let took = started.elapsed();
     assert_fails_with(
         &out,
-        &["fetching manifest", "gave up after", "4 s retry budget"],
+        &[
+            &format!("pulling {}", v2.by_tag),
+            "Connection refused",
+            "gave up after",
+            "4 s without progress",
+        ],
     );
     assert!(
         took >= Duration::from_secs(2) && took < Duration::from_secs(15),
@@ -525,6 +671,48 @@ fn a_blob_cut_halfway_resumes_with_a_range_request() {
     assert_eq!(
         gets[1].range.as_deref(),
         Some(format!("bytes={}-", size / 2).as_str()),
+        "{gets:?}"
+    );
+    assert_sent_at_most_once(&proxy, blob, size);
+}
+
+#[test]
+fn a_long_throttled_pull_cut_near_its_end_resumes_whatever_the_run_has_lasted() {
+    let mut env = Env::new();
+    let v2 = push_big_v2(&env);
+    let (blob, size) = first_layer(&env, &v2);
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    // A slow link: the first 90 % take about 10 s, then the connection drops. The retry budget
+    // is 2 s: a fault is retried for that long after the last byte, whatever came before.
+    let cut = size * 9 / 10;
+    proxy.add_fault(
+        Fault::throttle_then_drop(&format!("/blobs/{blob}"), cut / 10, cut)
+            .method("GET")
+            .times(1),
+    );
+    insecure_via(&mut env, &proxy);
+
+    let started = Instant::now();
+    let out = env.pivot(&["--retry-timeout", "2", &through(&proxy, "v2")]);
+    assert_success(&out);
+    assert!(
+        started.elapsed() > Duration::from_secs(6),
+        "the pull outlived the retry budget only {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        env.status_json()["deployments"][0]["checksum"],
+        v2.commit.as_str()
+    );
+    let gets: Vec<_> = proxy
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.contains(blob.as_str()))
+        .collect();
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert_eq!(
+        gets[1].range.as_deref(),
+        Some(format!("bytes={cut}-").as_str()),
         "{gets:?}"
     );
     assert_sent_at_most_once(&proxy, blob, size);

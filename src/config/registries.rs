@@ -9,7 +9,8 @@
 //! - `[[registry.mirror]]` entries are tried in order before the primary (a mirror with
 //!   `pull-from-mirror = "digest-only"`, or an entry with `mirror-by-digest-only = true`, only
 //!   for pullspecs pinned by digest);
-//! - `insecure = true` means plain HTTP (otherwise TLS, verified);
+//! - `insecure = true` means TLS without certificate verification, or plain HTTP for a registry
+//!   that does not speak TLS (otherwise TLS, verified; see `crate::registry::insecure`);
 //! - `blocked = true` refuses the pull.
 //!
 //! The v1 `[registries.insecure]` / `[registries.block]` lists are honoured too.

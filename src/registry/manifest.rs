@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use oci_client::errors::{OciDistributionError, OciEnvelope};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Reference, RegistryOperation};
+use oci_client::Reference;
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
 use reqwest::header::{ACCEPT, WWW_AUTHENTICATE};
 use reqwest::StatusCode;
@@ -31,24 +31,9 @@ impl Registry {
     /// credentials go the way oci-client sends them: a bearer token from the registry's token
     /// service when it asks for one (oci-client gets it), Basic only when challenged for Basic.
     pub(super) async fn get_manifest(&self, reference: &Reference) -> Fetched {
-        let token = match self.token.get() {
-            Some(token) => token.clone(),
-            // Like oci-client, a failed token request means trying without: the registry's
-            // answer (401, or the connection error again) is then what is reported.
-            None => match self
-                .client
-                .auth(reference, &self.auth, RegistryOperation::Pull)
-                .await
-            {
-                Ok(token) => {
-                    let _ = self.token.set(token.clone());
-                    token
-                }
-                Err(e) => {
-                    tracing::debug!("getting a pull token: {}", crate::retry::describe(&e));
-                    None
-                }
-            },
+        let token = match self.token() {
+            Some(token) => token,
+            None => self.new_token(reference).await,
         };
         let registry = reference.resolve_registry();
         let url = format!(

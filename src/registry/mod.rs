@@ -27,7 +27,9 @@ use crate::config::registries::{RegistriesConf, Source};
 use crate::reference::ImageRef;
 use crate::retry::{self, RetryPolicy};
 
+mod insecure;
 pub(crate) mod manifest;
+mod token;
 
 use manifest::{host_platform, resolve_child, resolve_top, Resolution};
 
@@ -73,7 +75,10 @@ pub async fn open(
     let mut failures = Vec::new();
     for source in &sources {
         let attempt = async {
-            let registry = Registry::connect(source, access)?;
+            let registry = match source.insecure {
+                true => Registry::connect_insecure(source, access).await?,
+                false => Registry::connect(source, access, ClientProtocol::Https)?,
+            };
             let resolved = registry.resolve().await?;
             anyhow::Ok((registry, resolved))
         };
@@ -101,8 +106,8 @@ pub struct Registry {
     /// For manifests, which oci-client would read whole: the same TLS settings and timeouts.
     http: reqwest::Client,
     scheme: &'static str,
-    /// The bearer token for pulls, once obtained (`None`: the registry wants none, or Basic).
-    token: Arc<std::sync::OnceLock<Option<String>>>,
+    /// The bearer token for manifests (see [`token`]).
+    token: Arc<std::sync::Mutex<Option<Option<String>>>>,
     auth: RegistryAuth,
     /// The auth file the credentials came from, if any.
     auth_source: Option<PathBuf>,
@@ -115,15 +120,12 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn connect(source: &Source, access: &Access) -> Result<Registry> {
+    /// Sets up the client for `source` over `protocol`; an insecure source's certificates are
+    /// not verified (see [`insecure`]).
+    pub fn connect(source: &Source, access: &Access, protocol: ClientProtocol) -> Result<Registry> {
         let image = source.image.clone();
         let host = image.registry.as_str();
-        let protocol = if source.insecure {
-            tracing::info!(registry = %host, "registry is marked insecure: using plain HTTP");
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        };
+        let tls_verify = access.tls_verify && !source.insecure;
         let tls = certs::for_host(host, access.cert_dir.as_deref())?;
         let cert_dir = tls
             .dir
@@ -149,7 +151,7 @@ impl Registry {
         if !access.tls_verify {
             tracing::warn!(registry = %host, "TLS certificate verification is off (--tls-verify=false)");
         }
-        let http = http_client(&tls.ca_pems, access.tls_verify, client_cert.as_ref())
+        let http = http_client(&tls.ca_pems, tls_verify, client_cert.as_ref())
             .with_context(|| format!("setting up TLS for {host}"))?;
         let scheme = match protocol {
             ClientProtocol::Http => "http",
@@ -157,8 +159,8 @@ impl Registry {
         };
         let config = ClientConfig {
             protocol,
-            accept_invalid_certificates: !access.tls_verify,
-            accept_invalid_hostnames: !access.tls_verify,
+            accept_invalid_certificates: !tls_verify,
+            accept_invalid_hostnames: !tls_verify,
             extra_root_certificates: tls
                 .ca_pems
                 .into_iter()
@@ -246,7 +248,7 @@ impl Registry {
     async fn fetch_manifest(&self, expected: Option<&str>) -> Result<(Bytes, String)> {
         let reference = self.reference(expected);
         let bytes = retry::retry(&self.retry, "fetching manifest", || {
-            self.get_manifest(&reference)
+            self.renewing(&reference, || self.get_manifest(&reference))
         })
         .await
         .map_err(|e| self.explain_refusal(e))??;
@@ -270,7 +272,11 @@ impl Registry {
         let size = desc.size as u64;
         // The outer error is the request's (maybe retried); the inner one a refusal.
         let read = retry::retry(&self.retry, "fetching the image config", || async {
-            let blob = self.client.pull_blob_stream(&reference, &desc).await?;
+            let blob = self
+                .renewing(&reference, || {
+                    self.client.pull_blob_stream(&reference, &desc)
+                })
+                .await?;
             if let Some(announced) = blob.content_length.filter(|&n| n != size) {
                 return Ok(Err(size_mismatch(&desc.digest, announced, 0, size)));
             }
@@ -312,17 +318,21 @@ impl Registry {
         let reference = self.reference(None);
         let desc = safe_descriptor(desc);
         if offset == 0 {
-            let sized = self.client.pull_blob_stream(&reference, &desc).await?;
+            let sized = self
+                .renewing(&reference, || {
+                    self.client.pull_blob_stream(&reference, &desc)
+                })
+                .await?;
             return Ok(BlobStream {
                 remaining: sized.content_length,
                 stream: sized.stream,
             });
         }
-        match self
-            .client
-            .pull_blob_stream_partial(&reference, &desc, offset, None)
-            .await?
-        {
+        let partial = self.renewing(&reference, || {
+            self.client
+                .pull_blob_stream_partial(&reference, &desc, offset, None)
+        });
+        match partial.await? {
             BlobResponse::Partial(sized) => Ok(BlobStream {
                 remaining: sized.content_length,
                 stream: sized.stream,
@@ -360,7 +370,7 @@ impl Registry {
                 ),
             });
         }
-        if !text.contains("Not authorized") {
+        if !text.contains("Not authorized") || text.contains("refused a newly issued token") {
             return e;
         }
         let name = self.image.name();

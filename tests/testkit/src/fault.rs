@@ -34,6 +34,9 @@ pub enum FaultKind {
     /// Proxy normally, but send the response body at most this many bytes per second: a slow
     /// link, so that a transfer lasts long enough to be interrupted at a chosen point.
     Throttle(u64),
+    /// Throttle to `rate` bytes per second, and close the connection after `after` body
+    /// bytes: a slow link that drops late in a long transfer.
+    ThrottleThenDrop { rate: u64, after: u64 },
 }
 
 /// A fault for the first `times` requests whose target (path and query)
@@ -131,6 +134,17 @@ impl Fault {
     /// Bodies at most `bytes_per_second` (combine with [`Fault::always`]).
     pub fn throttle(path_contains: &str, bytes_per_second: u64) -> Fault {
         Fault::new(path_contains, FaultKind::Throttle(bytes_per_second))
+    }
+
+    /// Sends `after` body bytes at `bytes_per_second`, then closes the connection.
+    pub fn throttle_then_drop(path_contains: &str, bytes_per_second: u64, after: u64) -> Fault {
+        Fault::new(
+            path_contains,
+            FaultKind::ThrottleThenDrop {
+                rate: bytes_per_second,
+                after,
+            },
+        )
     }
 
     /// Applies to the first `n` matching requests (default 1).

@@ -206,6 +206,10 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
             if let Some(r) = &retry {
                 headers.push(("Retry-After", r));
             }
+            // A registry refusing a bearer token (expired, revoked) challenges for a new one.
+            if code == 401 {
+                headers.push(("WWW-Authenticate", "Bearer error=\"invalid_token\""));
+            }
             let with_body = method != "HEAD";
             let reply = http1::response(code, &headers, body.as_bytes(), with_body);
             client
@@ -256,6 +260,10 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
             stall = Some(duration);
         }
         Some(FaultKind::Throttle(bytes_per_second)) => rate = Some(bytes_per_second.max(1)),
+        Some(FaultKind::ThrottleThenDrop { rate: r, after }) => {
+            rate = Some(r.max(1));
+            limit = Some(after);
+        }
         None => {}
     }
 

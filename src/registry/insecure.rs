@@ -1,0 +1,61 @@
+//! `insecure = true` in registries.conf, as containers-registries.conf(5) means it: TLS without
+//! certificate verification, or plain HTTP for a registry that does not speak TLS. As the
+//! containers tools do, TLS is tried first (`GET /v2/`), then HTTP; the first that answers
+//! (any status: a 401 is an answer) is used for the whole run. Each verdict is logged as a
+//! warning: an insecure entry in use is worth knowing about.
+
+use anyhow::{Context, Result};
+use oci_client::client::ClientProtocol;
+use oci_client::errors::OciDistributionError;
+
+use super::{Access, Registry};
+use crate::config::registries::Source;
+use crate::retry;
+
+impl Registry {
+    /// The client for an insecure `source`, over TLS if it speaks TLS, else over plain HTTP.
+    /// A registry that answers neither is retried within the retry budget.
+    pub(super) async fn connect_insecure(source: &Source, access: &Access) -> Result<Registry> {
+        let host = source.image.registry.as_str();
+        let tls = Registry::connect(source, access, ClientProtocol::Https)?;
+        let plain = Registry::connect(source, access, ClientProtocol::Http)?;
+        let what = format!("reaching {host}");
+        let protocol = retry::retry(&access.retry, &what, || async {
+            let https = match tls.ping().await {
+                Ok(()) => return Ok(ClientProtocol::Https),
+                // It speaks TLS and refused the handshake (a client certificate it wants):
+                // over TLS, that refusal is what gets explained.
+                Err(e) if retry::refusal_alert(&retry::describe(&e)).is_some() => {
+                    return Ok(ClientProtocol::Https)
+                }
+                Err(e) => e,
+            };
+            match plain.ping().await {
+                Ok(()) => Ok(ClientProtocol::Http),
+                // Neither answers: if HTTP cannot even connect, the registry is down (retried);
+                // otherwise TLS's complaint is the one worth reading.
+                Err(http) if retry::is_transient(&http) => Err(http),
+                Err(_) => Err(https),
+            }
+        })
+        .await
+        .with_context(|| what.clone())?;
+        Ok(match protocol {
+            ClientProtocol::Http => {
+                tracing::warn!(registry = %host, "registry is marked insecure and does not speak TLS: using plain HTTP");
+                plain
+            }
+            _ => {
+                tracing::warn!(registry = %host, "registry is marked insecure: its TLS certificate is not verified");
+                tls
+            }
+        })
+    }
+
+    /// `GET /v2/`: does the registry answer over this client's protocol?
+    async fn ping(&self) -> Result<(), OciDistributionError> {
+        let url = format!("{}://{}/v2/", self.scheme, self.image.registry);
+        self.http.get(&url).send().await?;
+        Ok(())
+    }
+}
