@@ -191,6 +191,7 @@ fn clean_up(sysroot: &ostree::Sysroot) {
                     collected.layers
                 );
             }
+            crate::memory::release_freed();
             crate::prune::prune(sysroot, &repo).context("pruning the repo")
         });
     match cleaned {

@@ -22,6 +22,7 @@ pub use job::PARALLEL_LAYERS;
 pub mod kargs;
 pub mod layout;
 pub mod logging;
+pub mod memory;
 pub mod outcome;
 pub mod pivot;
 pub mod progress;

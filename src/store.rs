@@ -162,11 +162,13 @@ pub fn write_object_set<'c>(
     sorted: impl Iterator<Item = &'c [u8; 32]> + Clone,
 ) -> Result<String> {
     let cancellable = gio::Cancellable::NONE;
+    crate::memory::release_freed();
     let tree = {
-        let dirtree = glib::Variant::from_data_with_type(
-            object_set_dirtree(sorted),
-            glib::VariantTy::new("(a(say)a(sayay))").expect("the dirtree type"),
-        );
+        let ty = glib::VariantTy::new("(a(say)a(sayay))").expect("the dirtree type");
+        // SAFETY: `object_set_dirtree` writes GLib's normal form of this type (tested against
+        // GLib's serializer); trusted, the bytes are not copied again to normalize them.
+        let dirtree =
+            unsafe { glib::Variant::from_data_with_type_trusted(object_set_dirtree(sorted), ty) };
         repo.write_metadata(ObjectType::DirTree, None, &dirtree, cancellable)
             .context("writing the layer's object set")?
     };
