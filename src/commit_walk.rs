@@ -188,7 +188,7 @@ fn read_le(input: &mut impl Read, width: u64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ostree::glib::prelude::*;
+    use ostree::glib::prelude::ToVariant;
 
     /// Flat dirtrees of several sizes (offsets of 1, 2 and 4 bytes) read in pieces give the
     /// same checksums as GLib's own parse; one with a subdirectory is left to the caller.
@@ -223,6 +223,57 @@ mod tests {
         let path = dir.path().join("nested.dirtree");
         std::fs::write(&path, with_dir.data()).unwrap();
         assert!(!flat_files(&path, |_| panic!("visited")).unwrap());
+    }
+
+    /// A commit whose root holds a thousand files (a dirtree of about 40 KiB, read in pieces)
+    /// is walked to the same objects as libostree's own traversal finds.
+    #[test]
+    fn a_large_flat_tree_is_walked_as_libostree_traverses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir(&tree).unwrap();
+        for i in 0..1000 {
+            std::fs::write(tree.join(format!("f{i:04}")), format!("file {i}\n")).unwrap();
+        }
+        let repo_path = dir.path().join("repo");
+        let ostree = |args: &[&str]| {
+            let out = std::process::Command::new("ostree")
+                .args(args)
+                .arg(format!("--repo={}", repo_path.display()))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        ostree(&["init", "--mode=bare-user"]);
+        let commit = ostree(&["commit", "--orphan", tree.to_str().unwrap()]);
+        let repo = ostree::Repo::new_for_path(&repo_path);
+        repo.open(ostree::gio::Cancellable::NONE).unwrap();
+        let (root, _) = {
+            let v = repo.load_variant(ObjectType::Commit, &commit).unwrap();
+            (
+                ostree::checksum_from_bytes_v(&v.child_value(6)),
+                ostree::checksum_from_bytes_v(&v.child_value(7)),
+            )
+        };
+        let path = large_object(&repo, &root).unwrap();
+        assert!(
+            path.is_some(),
+            "the root dirtree is small: the test proves nothing"
+        );
+
+        let mut walked = std::collections::BTreeSet::new();
+        walk_commit(&repo, &commit, |kind, checksum| {
+            Ok(walked.insert((kind, checksum.to_string())))
+        })
+        .unwrap();
+        let expected: std::collections::BTreeSet<_> = repo
+            .traverse_commit(&commit, 0, ostree::gio::Cancellable::NONE)
+            .unwrap()
+            .into_iter()
+            .map(|name| (name.object_type(), name.checksum().to_string()))
+            .collect();
+        assert_eq!(walked, expected);
     }
 
     #[test]
