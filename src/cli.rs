@@ -1,4 +1,7 @@
 //! Command-line interface, compatible with openshift/pivot's flags.
+// The doc comments of the arguments are clap's help text, written for a terminal: brackets
+// there are optional parts, `<name>` placeholders, not rustdoc links or HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::path::PathBuf;
 use std::time::Duration;

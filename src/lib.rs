@@ -1,11 +1,14 @@
 //! pivot: move an OSTree node onto the OS inside an oscontainer image.
 //!
-//! One module per stage: [`reference`] → [`source`] ([`registry`] or [`layout`]) → [`image`] → [`import`] → [`deploy`] →
+//! One module per stage: [`reference`](mod@reference) → [`source`] ([`registry`] or [`layout`]) → [`image`] → [`import`] → [`deploy`] →
 //! [`state`]; [`store`] keeps ostree-rs-ext's container store (the refs and merge commit rpm-ostree
 //! and bootc read); [`space`] checks free space before the import and the deployment; [`status`]
 //! reads deployments and state, [`confirm`] checks at boot that a pivot took effect; [`cli`],
 //! [`logging`], [`events`] and [`reboot`] are the
 //! edges to people, journald and systemd.
+// These docs are for the people working on pivot (built with --document-private-items):
+// they link the internals they explain.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod blob_reader;
 pub mod cli;

@@ -1,3 +1,5 @@
+// unsafe: process-level setup that only libc offers.
+#![allow(unsafe_code)]
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -5,6 +5,8 @@
 //! allocation on another thread (the store's largest: an object set, a few MiB at 1 GB; the
 //! prune's reachable set) cannot reuse them and adds to the process's resident memory. Handing
 //! the freed pages back first keeps those phases under the import's own peak.
+// unsafe: malloc_trim.
+#![allow(unsafe_code)]
 
 /// Returns the pages the allocator holds free (all arenas) to the system.
 pub fn release_freed() {

@@ -10,6 +10,8 @@
 //!   (at most every 250 ms per layer, and when a layer completes),
 //!   `{"event":"done","outcome":O,"bytes":N,"seconds":F}`, O one of [`Outcome`]'s values
 //!   (`staged`, `deployed`, `downloaded`, `unchanged`, `update-available`, `confirmed`, `failed`).
+// unsafe: taking ownership of the descriptor --progress-fd duplicates.
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};

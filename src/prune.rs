@@ -9,6 +9,8 @@
 //! (heads, remotes, mirrors) and deployments point to, their detached metadata and trees — not
 //! their parents. Objects of a kind this does not know are left alone, and when any reachable
 //! tree cannot be read, nothing is deleted.
+// unsafe: libostree's repo lock calls, which the Rust bindings do not offer.
+#![allow(unsafe_code)]
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -21,6 +21,8 @@
 //! fetches only the layers whose refs are missing. Pruning ([`gc`]) drops the image refs no
 //! deployment uses and the layer refs no remaining image or deployment needs, as bootc's
 //! `remove_undeployed_images` and ostree-rs-ext's `gc_image_layers` do.
+// unsafe: a trusted GVariant over bytes serialized here.
+#![allow(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;

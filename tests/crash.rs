@@ -11,6 +11,8 @@
 //! The sysroot lives on a tmpfs: libostree freezes and thaws /boot's filesystem while it writes
 //! boot entries, and a process killed between the two would leave that filesystem frozen until
 //! libostree's watchdog thaws it — the host's own filesystem, were the sysroot under /tmp.
+// unsafe: descriptors and locks set up for the pivot under test (libc).
+#![allow(unsafe_code)]
 
 mod common;
 
@@ -493,14 +495,13 @@ fn a_killed_runs_staging_directory_does_not_outlive_the_next_run_unless_its_lock
     std::fs::write(busy.join("object"), b"in use").unwrap();
     let held =
         File::create(tmp.join("staging-11111111-1111-1111-1111-111111111111-busy-lock")).unwrap();
-    // SAFETY: a zeroed flock is valid; an open descriptor and a live pointer.
+    // SAFETY: a zeroed flock is a valid value.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = libc::F_WRLCK as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    assert_eq!(
-        unsafe { libc::fcntl(held.as_raw_fd(), libc::F_OFD_SETLK, &lock) },
-        0
-    );
+    // SAFETY: an open descriptor and a pointer to a live flock.
+    let locked = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+    assert_eq!(locked, 0);
 
     let out = env.pivot(&[&pullspec]);
     assert_success(&out);
@@ -738,6 +739,7 @@ impl PivotRun {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two new descriptors that this function then owns.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the two descriptors pipe2 just made, owned by nothing else.
         let (read_end, write_end) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let filler = std::fs::OpenOptions::new()

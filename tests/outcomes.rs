@@ -1,6 +1,8 @@
 //! How runs end, as programs read it: the same outcome in the state file (through `pivot status
 //! --json`) and at the end of the `--progress-fd` stream, for every way a run can end; and a
 //! run that cannot record its attempt does not reboot.
+// unsafe: descriptors and locks set up for the pivot under test (libc).
+#![allow(unsafe_code)]
 
 mod common;
 

@@ -1,4 +1,6 @@
 //! pivot against a real registry and real libostree sysroots: the paths that succeed.
+// unsafe: descriptors and locks set up for the pivot under test (libc).
+#![allow(unsafe_code)]
 
 mod common;
 

@@ -1,6 +1,8 @@
 //! Disk space: a pivot that cannot fit is refused before it downloads (repo) or deploys (/boot),
 //! with numbers; one that runs out of space anyway leaves the sysroot as it was and frees what it
 //! wrote. Sysroots live on size-limited tmpfs mounts, filled to the free space each case needs.
+// unsafe: descriptors and locks set up for the pivot under test (libc).
+#![allow(unsafe_code)]
 
 mod common;
 

@@ -127,7 +127,7 @@ pub fn lookup_in(text: &str, name: &str, source: &Path) -> Result<Option<Credent
 }
 
 /// serde_json's message without the file's content: its data errors quote the value that did not
-/// fit ("invalid type: string \"<credentials>\" …"), so of those only the position is kept.
+/// fit (`invalid type: string "<credentials>" …`), so of those only the position is kept.
 fn json_error(e: &serde_json::Error) -> String {
     match e.classify() {
         serde_json::error::Category::Data => format!(

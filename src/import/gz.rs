@@ -5,6 +5,8 @@
 //! without any byte before the point. This is zlib's `zran` technique; it is what lets a killed
 //! pivot resume inside a layer after its download spool was trimmed behind the import.
 //! Multi-member streams (concatenated gzip files) are read as one, like `gunzip`.
+// unsafe: zlib through its C API (libz-sys), for a decoder that can be resumed mid-stream.
+#![allow(unsafe_code)]
 
 use std::collections::VecDeque;
 use std::ffi::CStr;
@@ -93,7 +95,7 @@ pub struct GzReader<R> {
     last_point: u64,
 }
 
-// The z_stream's pointers are only used by the thread that owns the reader.
+// SAFETY: the z_stream's pointers are only used by the thread that owns the reader.
 unsafe impl<R: Send> Send for GzReader<R> {}
 
 unsafe extern "C" fn zalloc(_: z::voidpf, items: z::uInt, size: z::uInt) -> z::voidpf {
@@ -341,13 +343,12 @@ impl<R: Blob> GzReader<R> {
         let used = available - strm.avail_in as usize;
         let produced = asked - strm.avail_out as usize;
         let data_type = strm.data_type;
-        let message = (!strm.msg.is_null())
+        let message = (!strm.msg.is_null()).then(|| {
             // SAFETY: zlib's messages are static NUL-terminated strings.
-            .then(|| {
-                unsafe { CStr::from_ptr(strm.msg) }
-                    .to_string_lossy()
-                    .into_owned()
-            });
+            unsafe { CStr::from_ptr(strm.msg) }
+                .to_string_lossy()
+                .into_owned()
+        });
         self.pos += used;
         if used > 0 {
             self.last_byte = self.buf[self.pos - 1];

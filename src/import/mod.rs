@@ -7,6 +7,8 @@
 //! Hostile input is refused where it is parsed: every tar member is checked first
 //! ([`member`]), every layer's decompressed size is bounded ([`stream`]), every object must hash
 //! to its name ([`objects`]), and the repo's text files must be small, UTF-8 and free of NULs.
+// unsafe: the probe of libostree's staging-directory locks (fcntl, flock).
+#![allow(unsafe_code)]
 
 mod checkpoint;
 mod derived;

@@ -1,6 +1,8 @@
 //! The image cache outside the repository (default /var/cache/pivot-vm, or $PIVOT_VM_CACHE):
 //! entries named by a content hash of whatever determines them, published by rename so a build
 //! that dies leaves no half-made entry, and built under a lock so two runs never race.
+// unsafe: descriptors, mounts and locks of the VM harness (libc).
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

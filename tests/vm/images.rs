@@ -2,6 +2,8 @@
 //! the v1/v2 commits with the pivot binary under test, the v1 sysroot, and the v2 oscontainer
 //! layer; on first use, v2 as an ostree-native image too. The scratch space lives in the cache directory (same filesystem as the cached repo, so
 //! pulls hard-link) and is removed when the test process exits.
+// unsafe: descriptors, mounts and locks of the VM harness (libc).
+#![allow(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

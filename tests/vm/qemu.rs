@@ -6,6 +6,8 @@
 //!   which a guestfwd connects (one `socat` per connection) to the host's 127.0.0.1:<port>.
 //!
 //! KVM is used only when it is real hardware virtualization and a probe boot works; otherwise TCG.
+// unsafe: descriptors, mounts and locks of the VM harness (libc).
+#![allow(unsafe_code)]
 
 use std::fs;
 use std::os::unix::process::CommandExt;

@@ -163,7 +163,7 @@ impl Registry {
         self.root.clone()
     }
 
-    /// Where the filesystem driver stores a blob; accepts "sha256:<hex>" or "<hex>".
+    /// Where the filesystem driver stores a blob; accepts `sha256:<hex>` or `<hex>`.
     pub fn blob_data_path(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
         let first2 = hex.get(..2).unwrap_or(hex);
