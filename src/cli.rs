@@ -19,7 +19,7 @@ use crate::registry::Access;
 use crate::retry::{self, RetryPolicy};
 use crate::{reboot, status};
 
-/// Exit codes, in one place: `--help`, the man page and the README say the same.
+/// Exit codes, in one place: `--help`, the man page and docs/usage.md say the same.
 pub const EXIT_STATUS: &str = "\
 Exit status:
   0   done: a deployment was made, or nothing was to be done; with --check, an update is available
@@ -100,7 +100,7 @@ pub struct PivotArgs {
     /// Verify registries' TLS certificates (--tls-verify=false turns it off, with a warning).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub tls_verify: bool,
-    /// Write progress as JSON Lines to this open file descriptor (shape in the README).
+    /// Write progress as JSON Lines to this open file descriptor (shape in docs/usage.md).
     #[arg(long, value_name = "FD")]
     pub progress_fd: Option<i32>,
     /// Seconds one transient registry fault may be retried, counted from the last progress (a
@@ -115,7 +115,7 @@ pub struct PivotArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub partial_downloads: bool,
     /// Add a kernel argument to the new deployment (repeatable; whole-token match, see
-    /// /etc/pivot/kernel-args in the README).
+    /// /etc/pivot/kernel-args in docs/usage.md).
     #[arg(long, value_name = "ARG", value_parser = karg)]
     pub karg_append: Vec<String>,
     /// Remove a kernel argument from the new deployment (repeatable; whole-token match).
@@ -140,7 +140,7 @@ fn karg(arg: &str) -> Result<String, String> {
 pub struct StatusArgs {
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysroot: PathBuf,
-    /// Print JSON (shape documented in the README; it has a version field).
+    /// Print JSON (shape in docs/usage.md; it has a version field).
     #[arg(long)]
     pub json: bool,
     /// Show only the booted deployment.
@@ -148,7 +148,7 @@ pub struct StatusArgs {
     pub booted: bool,
 }
 
-/// Exit codes, as documented in the README.
+/// Exit codes, as documented in docs/usage.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     Success = 0,

@@ -1,4 +1,4 @@
-//! Keeping pivot's peak memory where the benchmark measures it (README, Benchmark).
+//! Keeping pivot's peak memory where the benchmark measures it (docs/benchmark.md).
 //!
 //! glibc keeps what a thread frees in that thread's arena for its next allocations; the
 //! layer threads free their decompression and tar buffers as each layer ends, but a later
