@@ -38,3 +38,40 @@ fn completions_are_generated_for_bash_and_zsh() {
     assert!(run(&["completions", "bash"]).contains("--karg-append"));
     assert!(run(&["completions", "zsh"]).contains("#compdef pivot"));
 }
+
+/// The long options `text` names as `--name` (a word after two dashes).
+fn long_options(text: &str) -> std::collections::BTreeSet<String> {
+    let mut found = std::collections::BTreeSet::new();
+    for (i, _) in text.match_indices("--") {
+        let name: String = text[i + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        if name.len() > 1 && name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            found.insert(name);
+        }
+    }
+    found
+}
+
+#[test]
+fn the_options_table_in_the_docs_lists_exactly_the_options_of_help() {
+    let help = long_options(&run(&["--help"]));
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/usage.md")).unwrap();
+    // The table: its rows start with the option, in backquotes.
+    let table: String = docs
+        .lines()
+        .filter(|l| l.starts_with("| `-"))
+        .map(|l| l.split(" | ").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let documented = long_options(&table);
+    let mut help = help;
+    help.remove("help");
+    help.remove("version");
+    assert_eq!(
+        documented, help,
+        "docs/usage.md's options table and --help differ"
+    );
+}
