@@ -140,9 +140,12 @@ fn karg(arg: &str) -> Result<String, String> {
 pub struct StatusArgs {
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysroot: PathBuf,
-    /// Print JSON (shape in docs/usage.md; it has a version field).
+    /// Print JSON (shape in docs/usage.md, schema in docs/status.schema.json).
     #[arg(long)]
     pub json: bool,
+    /// The JSON shape to print: 1 (the only one so far; `apiVersion` pivot.openshift.io/v1).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1))]
+    pub format_version: u32,
     /// Show only the booted deployment.
     #[arg(long)]
     pub booted: bool,

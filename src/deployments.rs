@@ -18,7 +18,7 @@ pub const NATIVE_ORIGIN_TRANSPORT: &str = "ostree-unverified-registry:";
 /// The same for an image of any containers transport (an `oci:` or `oci-archive:` layout).
 pub const NATIVE_LAYOUT_TRANSPORT: &str = "ostree-unverified-image:";
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DeploymentInfo {
     pub stateroot: String,
     pub checksum: String,

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     /// Started and not ended: the run is going on, or it was killed (the next run, or
@@ -103,6 +103,8 @@ mod tests {
             };
             file.save(&state).unwrap();
             let status = crate::status::Status {
+                api_version: crate::status::API_VERSION.into(),
+                kind: crate::status::KIND.into(),
                 version: crate::status::JSON_VERSION,
                 sysroot: "/".into(),
                 deployments: Vec::new(),
@@ -121,7 +123,10 @@ mod tests {
                 .unwrap()
                 .read_to_string(&mut text)
                 .unwrap();
-            let done: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+            let mut lines = text.lines();
+            let first: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+            assert_eq!(first["apiVersion"], crate::progress::STREAM_API_VERSION);
+            let done: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
             assert_eq!(done["outcome"], outcome.as_str());
         }
     }

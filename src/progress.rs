@@ -3,7 +3,8 @@
 //! - On a terminal (stderr is a TTY, not the journal): a bar for the layer being fetched and one
 //!   for the whole image, with bytes, rate and ETA, then one summary line.
 //! - Otherwise (journald, pipes): a plain log line every 5 s or every 10 % of the image.
-//! - `--progress-fd N`: JSON Lines on file descriptor N, one object per event:
+//! - `--progress-fd N`: JSON Lines on file descriptor N, one object per event, opening with
+//!   `{"event":"stream","apiVersion":"pivot.openshift.io/v1","kind":"PivotProgress"}`, then
 //!   `{"event":"step","step":"pulling"|"importing"|"deploying"|"done"}`,
 //!   `{"event":"start","image":…,"digest":…,"total":N,"layers":[{"digest":…,"size":N}]}`,
 //!   `{"event":"bytes","layer":I,"digest":…,"done":N,"size":N,"total_done":N,"total":N}`
@@ -24,6 +25,9 @@ use serde_json::json;
 
 use crate::outcome::Outcome;
 
+/// The first event of every `--progress-fd` stream names its shape: this `apiVersion` and kind.
+pub const STREAM_API_VERSION: &str = "pivot.openshift.io/v1";
+pub const STREAM_KIND: &str = "PivotProgress";
 const TERMINAL_EVERY: Duration = Duration::from_millis(100);
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
 const JSON_EVERY: Duration = Duration::from_millis(250);
@@ -75,7 +79,7 @@ impl Progress {
         };
         let terminal =
             std::io::stderr().is_terminal() && std::env::var_os("JOURNAL_STREAM").is_none();
-        Ok(Progress {
+        let progress = Progress {
             inner: Some(Arc::new(Mutex::new(State {
                 terminal,
                 json,
@@ -90,7 +94,14 @@ impl Progress {
                 last_json: Vec::new(),
                 drawn: 0,
             }))),
-        })
+        };
+        // The stream opens by naming itself, so that a reader knows which shape follows.
+        progress.with(|s| {
+            s.emit(
+                json!({"event": "stream", "apiVersion": STREAM_API_VERSION, "kind": STREAM_KIND}),
+            )
+        });
+        Ok(progress)
     }
 
     fn with(&self, f: impl FnOnce(&mut State)) {

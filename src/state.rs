@@ -16,7 +16,7 @@ use crate::outcome::Outcome;
 /// Attempts at one pullspec-file target before pivot stops trying (and stops rebooting).
 pub const MAX_ATTEMPTS: u32 = 3;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct State {
     /// The pullspec from `/etc/pivot/image-pullspec` being pursued.
     pub target: Option<String>,
@@ -25,7 +25,7 @@ pub struct State {
     pub last: Option<Attempt>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Attempt {
     pub pullspec: String,
     /// `argument` or `file`.

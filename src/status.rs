@@ -2,7 +2,7 @@
 //!
 //! JSON shape (stable; fields may be added; `version` changes only when one changes meaning):
 //! ```json
-//! { "version": 1,
+//! { "apiVersion": "pivot.openshift.io/v1", "kind": "PivotStatus", "version": 1,
 //!   "sysroot": "/",
 //!   "deployments": [ { "stateroot": "fedora-coreos", "checksum": "<64 hex>", "serial": 0,
 //!                      "version": "2" | null, "image": "host/path@sha256:…" | null,
@@ -28,9 +28,20 @@ use crate::state::{State, StateFile, MAX_ATTEMPTS};
 /// The `version` of the JSON shape: raised when a field changes meaning or goes away (adding
 /// fields does not raise it).
 pub const JSON_VERSION: u32 = 1;
+/// `apiVersion` and `kind` of the status document, as Kubernetes-style tools expect them.
+pub const API_VERSION: &str = "pivot.openshift.io/v1";
+pub const KIND: &str = "PivotStatus";
 
-#[derive(Debug, Serialize)]
+/// The status document: `pivot status --json`. Its JSON Schema, generated from these types,
+/// is docs/status.schema.json (a test keeps the two the same).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Status {
+    /// Always `pivot.openshift.io/v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    /// Always `PivotStatus`.
+    pub kind: String,
+    /// The shape's version (`--format-version`): 1.
     pub version: u32,
     pub sysroot: String,
     pub deployments: Vec<DeploymentInfo>,
@@ -57,6 +68,8 @@ pub fn read(sysroot_path: &Path) -> Result<Status> {
         }
     }
     Ok(Status {
+        api_version: API_VERSION.into(),
+        kind: KIND.into(),
         version: JSON_VERSION,
         sysroot: sysroot_path.display().to_string(),
         deployments,
@@ -247,6 +260,8 @@ mod golden {
             last: Some(last),
         };
         Status {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
             version: JSON_VERSION,
             sysroot: "/".into(),
             deployments: vec![v3, v2, v1],
@@ -283,5 +298,28 @@ mod golden {
     fn json_status_matches_golden_file() {
         let json = serde_json::to_string_pretty(&sample()).unwrap() + "\n";
         check("status.json", &json);
+    }
+
+    /// docs/status.schema.json is what the types generate (`PIVOT_BLESS=1` rewrites it), and
+    /// the sample document conforms to it in its required fields.
+    #[test]
+    fn the_checked_in_schema_is_the_types_schema() {
+        let schema = serde_json::to_string_pretty(&schemars::schema_for!(Status)).unwrap() + "\n";
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/status.schema.json");
+        if std::env::var_os("PIVOT_BLESS").is_some() {
+            std::fs::write(&path, &schema).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (PIVOT_BLESS=1 writes it)", path.display()));
+        assert_eq!(
+            schema, checked_in,
+            "the status types changed: PIVOT_BLESS=1, review the diff"
+        );
+        let schema: serde_json::Value = serde_json::from_str(&schema).unwrap();
+        let document = serde_json::to_value(sample()).unwrap();
+        for field in schema["required"].as_array().unwrap() {
+            let field = field.as_str().unwrap();
+            assert!(document.get(field).is_some(), "{field} missing");
+        }
     }
 }
