@@ -19,7 +19,8 @@ impl Registry {
         let host = source.image.registry.as_str();
         let tls = Registry::connect(source, access, ClientProtocol::Https)?;
         let plain = Registry::connect(source, access, ClientProtocol::Http)?;
-        let what = format!("reaching {host}");
+        // The first request of a pull, so named as a secure registry's first failure is.
+        let what = format!("fetching manifest: reaching {host}");
         let protocol = retry::retry(&access.retry, &what, || async {
             let https = match tls.ping().await {
                 Ok(()) => return Ok(ClientProtocol::Https),
