@@ -20,7 +20,6 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -752,14 +751,7 @@ impl PivotRun {
         let mut cmd = env.command(&["--progress-fd", &fd_arg, "--retry-timeout", "60", pullspec]);
         cmd.stdout(Stdio::null())
             .stderr(stderr_path.reopen().unwrap());
-        let raw = write_end.as_raw_fd();
-        // SAFETY: dup2 is async-signal-safe; the child gets the write end as PROGRESS_FD.
-        unsafe {
-            cmd.pre_exec(move || match libc::dup2(raw, PROGRESS_FD) {
-                -1 => Err(std::io::Error::last_os_error()),
-                _ => Ok(()),
-            });
-        }
+        pass_fd(&mut cmd, write_end.as_raw_fd(), PROGRESS_FD);
         let started = Instant::now();
         let child = cmd.spawn().expect("starting pivot");
         drop(write_end);

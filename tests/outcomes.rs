@@ -1,13 +1,10 @@
 //! How runs end, as programs read it: the same outcome in the state file (through `pivot status
 //! --json`) and at the end of the `--progress-fd` stream, for every way a run can end; and a
 //! run that cannot record its attempt does not reboot.
-// unsafe: descriptors and locks set up for the pivot under test (libc).
-#![allow(unsafe_code)]
 
 mod common;
 
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -22,13 +19,7 @@ fn run_with_progress(env: &Env, args: &[&str]) -> (Output, serde_json::Value) {
     let file = std::fs::File::create(&path).unwrap();
     let fd = file.as_raw_fd();
     let mut cmd = env.command(&[&["--progress-fd", &FD.to_string()], args].concat());
-    // SAFETY: dup2 is async-signal-safe; it puts the stream at fd 200 in the child.
-    unsafe {
-        cmd.pre_exec(move || match libc::dup2(fd, FD) {
-            -1 => Err(std::io::Error::last_os_error()),
-            _ => Ok(()),
-        });
-    }
+    pass_fd(&mut cmd, fd, FD);
     let out = cmd.output().unwrap();
     let text = read(&path);
     let last = text.lines().last().unwrap_or_else(|| panic!("no events"));

@@ -1,6 +1,4 @@
 //! pivot against a real registry and real libostree sysroots: the paths that succeed.
-// unsafe: descriptors and locks set up for the pivot under test (libc).
-#![allow(unsafe_code)]
 
 mod common;
 
@@ -362,7 +360,6 @@ fn large_files_stream_into_the_repo_intact() {
 #[test]
 fn progress_fd_reports_steps_bytes_and_the_outcome_as_json_lines() {
     use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
     let env = Env::new();
     let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &noise(3 << 20));
     let image = env.push("v2-progress", &ImageSpec::new(tree, "2"));
@@ -375,13 +372,7 @@ fn progress_fd_reports_steps_bytes_and_the_outcome_as_json_lines() {
         .arg(&image.by_tag)
         .env("CONTAINERS_REGISTRIES_CONF", &env.registries_conf)
         .envs(pivot_testkit::pivot_test_env());
-    // SAFETY: dup2 is async-signal-safe; it puts the events file at fd 200 in the child.
-    unsafe {
-        cmd.pre_exec(move || match libc::dup2(fd, 200) {
-            -1 => Err(std::io::Error::last_os_error()),
-            _ => Ok(()),
-        });
-    }
+    pass_fd(&mut cmd, fd, 200);
     let out = cmd.output().unwrap();
     assert_success(&out);
     let events: Vec<serde_json::Value> = read(&events_path)

@@ -2,6 +2,8 @@
 //! insecure, and a throwaway sysroot with v1 deployed.
 
 #![allow(dead_code)]
+// unsafe: handing a descriptor to the pivot under test (dup2 between fork and exec).
+#![allow(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -458,6 +460,19 @@ pub fn assert_fsck_clean(env: &Env) {
 }
 
 /// Points pivot at `proxy` (plain HTTP) instead of the registry.
+/// Makes `cmd`'s child find `fd` (open here) as its descriptor `target`: where pivot's
+/// `--progress-fd target` writes.
+pub fn pass_fd(cmd: &mut Command, fd: std::os::fd::RawFd, target: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: dup2 is async-signal-safe, as a pre_exec hook must be.
+    unsafe {
+        cmd.pre_exec(move || match libc::dup2(fd, target) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+}
+
 pub fn insecure_via(env: &mut Env, proxy: &pivot_testkit::FaultProxy) {
     env.set_registries_conf(&format!(
         "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
