@@ -164,8 +164,9 @@ fn file_checksum(element: &[u8]) -> Result<String> {
     Ok(hex::encode(&element[name_end..name_end + 32]))
 }
 
-/// GVariant's framing offset width for a container of `size` bytes.
-fn offset_width(size: u64) -> u64 {
+/// GVariant's framing offset width for a container of `size` bytes (also what
+/// `crate::store` serializes object sets with).
+pub(crate) fn offset_width(size: u64) -> u64 {
     match size {
         0..=0xff => 1,
         0x100..=0xffff => 2,

@@ -210,12 +210,7 @@ fn object_set_dirtree<'c>(sorted: impl Iterator<Item = &'c [u8; 32]> + Clone) ->
     let count = distinct().count();
     let items = ELEMENT * count;
     // The offsets' width depends on the container's total size, offsets included.
-    let width = |size: usize| match size {
-        0..=0xff => 1,
-        0x100..=0xffff => 2,
-        0x1_0000..=0xffff_ffff => 4,
-        _ => 8,
-    };
+    let width = |size: usize| crate::commit_walk::offset_width(size as u64) as usize;
     let array_width = [1, 2, 4, 8]
         .into_iter()
         .find(|&w| width(items + w * count) <= w)
