@@ -18,11 +18,10 @@ impl Registry {
     pub(super) async fn connect_insecure(source: &Source, access: &Access) -> Result<Registry> {
         let host = source.image.registry.as_str();
         let tls = Registry::connect(source, access, ClientProtocol::Https)?;
-        let plain = Registry::connect(source, access, ClientProtocol::Http)?;
         // The first request of a pull, so named as a secure registry's first failure is.
         let what = format!("fetching manifest: reaching {host}");
         let protocol = retry::retry(&access.retry, &what, || async {
-            let https = match tls.ping().await {
+            let https = match tls.ping("https").await {
                 Ok(()) => return Ok(ClientProtocol::Https),
                 // It speaks TLS and refused the handshake (a client certificate it wants):
                 // over TLS, that refusal is what gets explained.
@@ -31,7 +30,7 @@ impl Registry {
                 }
                 Err(e) => e,
             };
-            match plain.ping().await {
+            match tls.ping("http").await {
                 Ok(()) => Ok(ClientProtocol::Http),
                 // Neither answers: if HTTP cannot even connect, the registry is down (retried);
                 // otherwise TLS's complaint is the one worth reading.
@@ -44,7 +43,7 @@ impl Registry {
         Ok(match protocol {
             ClientProtocol::Http => {
                 tracing::warn!(registry = %host, "registry is marked insecure and does not speak TLS: using plain HTTP");
-                plain
+                Registry::connect(source, access, ClientProtocol::Http)?
             }
             _ => {
                 tracing::warn!(registry = %host, "registry is marked insecure: its TLS certificate is not verified");
@@ -53,9 +52,10 @@ impl Registry {
         })
     }
 
-    /// `GET /v2/`: does the registry answer over this client's protocol?
-    async fn ping(&self) -> Result<(), OciDistributionError> {
-        let url = format!("{}://{}/v2/", self.scheme, self.image.registry);
+    /// `GET /v2/` over `scheme` (`https` or `http`): does the registry answer? The HTTP client
+    /// serves both (its TLS settings matter only to `https`), so no second one is set up.
+    async fn ping(&self, scheme: &str) -> Result<(), OciDistributionError> {
+        let url = format!("{scheme}://{}/v2/", self.image.registry);
         self.http.get(&url).send().await?;
         Ok(())
     }
