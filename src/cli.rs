@@ -233,7 +233,10 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
     let reboot_owed = match report.outcome {
         Outcome::Staged | Outcome::Deployed => true,
         Outcome::Unchanged | Outcome::Confirmed => report.reboot_pending || reboot::is_needed(),
-        _ => false,
+        // Named, so that a new outcome has to be decided here too.
+        Outcome::UpdateAvailable | Outcome::Downloaded | Outcome::Running | Outcome::Failed => {
+            false
+        }
     };
     if args.reboot && reboot_owed {
         // The state file counts attempts so that a target that keeps failing is given up on;
