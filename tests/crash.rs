@@ -194,7 +194,12 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
                 "unchanged"
             );
         }
-        let late = run.ended == Ended::Killed && phase == "importing" && run.done_bytes < total;
+        // Progress events lag the import: whether a layer was still in flight at the kill is
+        // read from the repo (a layer whose import finished has its ref).
+        let late = run.ended == Ended::Killed
+            && phase == "importing"
+            && run.done_bytes < total
+            && !all_layers_imported(&env, &image);
         if matches!(trigger, Trigger::LastLayer(_)) && late {
             break run;
         }
@@ -577,6 +582,17 @@ fn undeploy_target(env: &Env, image: &PushedImage) {
 
 /// Prunes the target's commit when a killed run imported it but did not deploy it, so the next
 /// run imports it again.
+/// Whether every layer of `image` has its store ref in the sysroot's repo.
+fn all_layers_imported(env: &Env, image: &PushedImage) -> bool {
+    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
+    repo.open(ostree::gio::Cancellable::NONE).unwrap();
+    image.layer_digests.iter().all(|d| {
+        pivot::store::layer_commit(&repo, d)
+            .expect("reading a layer ref")
+            .is_some()
+    })
+}
+
 fn forget_undeployed_target(env: &Env, image: &PushedImage) {
     if !env.has_commit(&image.commit) || env.deployed().contains(&image.commit) {
         return;
