@@ -4,20 +4,21 @@
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use crate::config::auth::AuthFiles;
-use crate::confirm::{self, Verdict};
-use crate::events;
-use crate::kargs::Edit;
-use crate::pivot::{self, Outcome};
-use crate::progress::Progress;
-use crate::registry::Access;
-use crate::retry::{self, RetryPolicy};
-use crate::{reboot, status};
+use crate::fetch::config::auth::AuthFiles;
+use crate::fetch::registry::Access;
+use crate::fetch::retry::{self, RetryPolicy};
+use crate::node::confirm::{self, Verdict};
+use crate::node::events;
+use crate::node::progress::Progress;
+use crate::node::{logging, reboot, status};
+use crate::run::{self, Outcome};
+use crate::sysroot::kargs::Edit;
 
 /// Exit codes, in one place: `--help`, the man page and docs/usage.md say the same.
 pub const EXIT_STATUS: &str = "\
@@ -133,7 +134,7 @@ pub struct PivotArgs {
 }
 
 fn karg(arg: &str) -> Result<String, String> {
-    crate::kargs::check_arg(arg).map_err(|e| e.to_string())
+    crate::sysroot::kargs::check_arg(arg).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -159,7 +160,43 @@ pub enum Exit {
     Unchanged = 77,
 }
 
-pub async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
+/// The `pivot` command: parses the arguments, sets up progress, logging and the async runtime,
+/// runs, and turns the result into the exit status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Claimed before anything else opens a descriptor that could take its number.
+    let progress = match Progress::new(cli.pivot.progress_fd) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(Exit::Failure as u8);
+        }
+    };
+    logging::init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("starting the async runtime: {e}");
+            return ExitCode::from(Exit::Failure as u8);
+        }
+    };
+    match runtime.block_on(run(cli, progress)) {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(e) => {
+            // A failed pivot was already logged as a journal event, with its fields.
+            if e.downcast_ref::<events::Reported>().is_none() {
+                tracing::error!("{e:#}");
+            }
+            ExitCode::from(Exit::Failure as u8)
+        }
+    }
+}
+
+async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
     match cli.command {
         Some(Command::Status(args)) => {
             let sysroot = args.sysroot.clone();
@@ -207,7 +244,7 @@ pub async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
 }
 
 async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
-    let opts = pivot::Options {
+    let opts = run::Options {
         pullspec: args.pullspec,
         sysroot: args.sysroot,
         stateroot: args.stateroot,
@@ -229,7 +266,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             retry: RetryPolicy::new(Duration::from_secs(args.retry_timeout)),
         },
     };
-    let report = pivot::run(&opts).await?;
+    let report = run::run(&opts).await?;
     let reboot_owed = match report.outcome {
         Outcome::Staged | Outcome::Deployed => true,
         Outcome::Unchanged | Outcome::Confirmed => report.reboot_pending || reboot::is_needed(),

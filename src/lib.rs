@@ -1,43 +1,42 @@
 //! pivot: move an OSTree node onto the OS inside an oscontainer image.
 //!
-//! One module per stage: [`reference`](mod@reference) → [`source`] ([`registry`] or [`layout`]) → [`image`] → [`import`] → [`deploy`] →
-//! [`state`]; [`store`] keeps ostree-rs-ext's container store (the refs and merge commit rpm-ostree
-//! and bootc read); [`space`] checks free space before the import and the deployment; [`status`]
-//! reads deployments and state, [`confirm`] checks at boot that a pivot took effect; [`cli`],
-//! [`logging`], [`events`] and [`reboot`] are the
-//! edges to people, journald and systemd.
+//! The tree is the pipeline, one folder per stage:
+//!
+//! 1. [`fetch`]: the pullspec, where the image comes from (a registry, as the admins' container
+//!    configuration says, or an OCI layout), its manifest and config, and layer bytes that are
+//!    verified as they arrive, retried and spooled for a killed run's successor.
+//! 2. [`import`]: the OSTree commit the layers carry, streamed into the sysroot's repo, and
+//!    ostree-rs-ext's container store (the refs and merge commit rpm-ostree and bootc read).
+//! 3. [`sysroot`]: deployments, kernel arguments, free space, the deployment itself and the
+//!    prune after it.
+//! 4. [`node`]: what the node records and tells: the state file, `pivot status`, the next-boot
+//!    confirmation, journal events, progress, the reboot.
+//!
+//! [`run`] drives one pivot through the stages; [`cli`] is the command; [`api`] holds the
+//! documents other programs read (`pivot status --json`, the `--progress-fd` stream, outcomes),
+//! whose JSON Schemas are generated from its types.
+//!
+//! Only [`api`] and [`cli`] are public. The stages are the crate's internals: the integration
+//! tests and fuzz targets reach them through the `internal-testing-api` feature, which changes
+//! visibility only, never behaviour.
 // These docs are for the people working on pivot (built with --document-private-items):
 // they link the internals they explain.
 #![allow(rustdoc::private_intra_doc_links)]
 
-pub mod blob_reader;
+pub mod api;
 pub mod cli;
-pub mod commit_walk;
-pub mod config;
-pub mod confirm;
-pub mod deploy;
-pub mod deployments;
-pub mod events;
-pub mod image;
-pub mod import;
-mod job;
-pub use job::PARALLEL_LAYERS;
-pub mod kargs;
-pub mod layout;
-pub mod logging;
-pub mod memory;
-pub mod outcome;
-pub mod pivot;
-pub mod progress;
-pub mod prune;
-pub mod reboot;
-pub mod reference;
-pub mod registry;
-pub mod retry;
-pub mod sha256_state;
-pub mod source;
-pub mod space;
-mod spools;
-pub mod state;
-pub mod status;
-pub mod store;
+
+/// Declares the stage modules: `pub` for the tests and fuzz targets (`internal-testing-api`),
+/// crate-private otherwise.
+macro_rules! stages {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = "internal-testing-api")]
+            pub mod $name;
+            #[cfg(not(feature = "internal-testing-api"))]
+            mod $name;
+        )*
+    };
+}
+
+stages!(fetch, import, sysroot, node, run);

@@ -252,7 +252,7 @@ fn pivot_killed_anywhere_leaves_a_bootable_node_and_the_next_run_converges() {
     assert_node_sound(&env, &image, "after the converging run");
     let tmp = env.sysroot.repo_path().join("tmp");
     assert!(!env.downloads().exists());
-    let staging = pivot::import::staging_dirs(&tmp);
+    let staging = pivot::import::staging::staging_dirs(&tmp);
     assert!(staging.is_empty(), "staging dirs left: {staging:?}");
     eprintln!("crash test took {:.1} s", started.elapsed().as_secs_f64());
 }
@@ -281,7 +281,7 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
         );
     }
     assert!(
-        imported.len() >= LAYERS - pivot::PARALLEL_LAYERS,
+        imported.len() >= LAYERS - pivot::run::PARALLEL_LAYERS,
         "only {} of {LAYERS} layers were recorded as imported while the last one downloaded",
         imported.len()
     );
@@ -472,7 +472,7 @@ fn a_killed_runs_staging_directory_does_not_outlive_the_next_run_unless_its_lock
     let mut env = Env::new();
     let (image, _proxy, pullspec, _) = killed_in_the_last_layer(&mut env);
     let tmp = env.sysroot.repo_path().join("tmp");
-    let left = pivot::import::staging_dirs(&tmp);
+    let left = pivot::import::staging::staging_dirs(&tmp);
     let locks: Vec<_> = left
         .iter()
         .map(|n| tmp.join(n))
@@ -482,7 +482,7 @@ fn a_killed_runs_staging_directory_does_not_outlive_the_next_run_unless_its_lock
         !locks.is_empty(),
         "the killed run left no lock file: {left:?}"
     );
-    assert!(locks.iter().all(|l| !pivot::import::lock_held(l)));
+    assert!(locks.iter().all(|l| !pivot::import::staging::lock_held(l)));
     // The node rebooted: libostree reuses a staging directory only in the boot that made it.
     for name in &left {
         let name = name.to_string_lossy();
@@ -510,7 +510,7 @@ fn a_killed_runs_staging_directory_does_not_outlive_the_next_run_unless_its_lock
     let out = env.pivot(&[&pullspec]);
     assert_success(&out);
     assert_eq!(env.deployed_images()[0], image.commit);
-    let left: Vec<String> = pivot::import::staging_dirs(&tmp)
+    let left: Vec<String> = pivot::import::staging::staging_dirs(&tmp)
         .into_iter()
         .map(|n| n.to_string_lossy().into_owned())
         .collect();
@@ -542,7 +542,7 @@ fn killed_in_the_last_layer(env: &mut Env) -> (PushedImage, FaultProxy, String, 
 /// Removes the repo's staging directories, as a reboot makes libostree pass them over.
 fn remove_staging_dirs(env: &Env) {
     let tmp = env.sysroot.repo_path().join("tmp");
-    for dir in pivot::import::staging_dirs(&tmp) {
+    for dir in pivot::import::staging::staging_dirs(&tmp) {
         let path = tmp.join(dir);
         if path.is_dir() {
             std::fs::remove_dir_all(&path).unwrap();
@@ -587,7 +587,7 @@ fn all_layers_imported(env: &Env, image: &PushedImage) -> bool {
     let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
     repo.open(ostree::gio::Cancellable::NONE).unwrap();
     image.layer_digests.iter().all(|d| {
-        pivot::store::layer_commit(&repo, d)
+        pivot::import::store::layer_commit(&repo, d)
             .expect("reading a layer ref")
             .is_some()
     })

@@ -460,7 +460,7 @@ fn registry_requiring_a_client_certificate_accepts_the_one_in_certs_d() {
     let client = reg.clients.client_cert("pivot-node").unwrap();
     // The system's /etc/containers/certs.d/<host:port>/ (unique per test: a fresh port): the
     // registry's CA and the client pair, found without --cert-dir.
-    let certs_d = std::path::Path::new(pivot::config::certs::CERTS_D[0]);
+    let certs_d = std::path::Path::new(pivot::fetch::config::certs::CERTS_D[0]);
     let system = env.registry.write_certs_d(certs_d).unwrap();
     let _cleanup = RemoveOnDrop(system.clone());
     client

@@ -80,7 +80,7 @@ fn every_outcome_reads_the_same_in_the_state_status_and_progress_stream() {
     expect(&out, &done, "confirmed", true);
 
     // Every value the status documents, but those only a booted system or a kill produce.
-    let mut documented: Vec<String> = pivot::outcome::Outcome::ALL
+    let mut documented: Vec<String> = pivot::api::outcome::Outcome::ALL
         .iter()
         .map(|o| o.to_string())
         .filter(|o| o != "staged" && o != "running")

@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use pivot::progress::human;
+use pivot::node::progress::human;
 use pivot_testkit::{ImageSpec, PushedImage, Tmpfs};
 
 const MIB: u64 = 1 << 20;
@@ -46,7 +46,7 @@ fn fill(dir: &Path, leave: u64) -> PathBuf {
 }
 
 fn free(dir: &Path) -> u64 {
-    pivot::space::free_bytes(dir).unwrap()
+    pivot::sysroot::space::free_bytes(dir).unwrap()
 }
 
 /// Names and total size of what is in the repo's tmp/.
@@ -119,14 +119,14 @@ fn tight() -> Tight {
 }
 
 /// pivot's pre-flight estimate for `layers` bytes of layers, none of them spooled yet.
-fn estimate(layers: u64) -> pivot::space::Needs {
-    pivot::space::repo_needs(
-        &[pivot::space::Layer {
+fn estimate(layers: u64) -> pivot::sysroot::space::Needs {
+    pivot::sysroot::space::repo_needs(
+        &[pivot::sysroot::space::Layer {
             size: layers,
             spooled: 0,
             checkpointed: false,
         }],
-        pivot::space::EXPANSION,
+        pivot::sysroot::space::EXPANSION,
     )
 }
 

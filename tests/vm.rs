@@ -356,7 +356,7 @@ fn first_boot_pivot() {
         // The events are real journal fields: journalctl can match on them.
         let by_field = m.sh(&format!(
             "journalctl -b -1 -o cat --no-pager MESSAGE_ID={} PIVOT_COMMIT={} PIVOT_DIGEST={} PIVOT_IMAGE={}/{}",
-            pivot::events::DEPLOYED,
+            pivot::node::events::DEPLOYED,
             images.commits.v2,
             v2.digest,
             vm::qemu::GUEST_REGISTRY,
@@ -368,7 +368,7 @@ fn first_boot_pivot() {
         );
         let confirmed = m.sh(&format!(
             "journalctl -b -o cat --no-pager MESSAGE_ID={} PIVOT_COMMIT={}",
-            pivot::events::CONFIRMED,
+            pivot::node::events::CONFIRMED,
             images.commits.v2
         ))?;
         ensure!(

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pivot::config::auth::lookup_in;
+use pivot::fetch::config::auth::lookup_in;
 use std::path::Path;
 
 const NAMES: [&str; 3] = [

@@ -7,9 +7,9 @@ use std::io::Read;
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use pivot::blob_reader::{Blob, BlobMark};
+use pivot::fetch::blob_reader::{Blob, BlobMark};
 use pivot::import::gz::{GzReader, InflatePoint, Points};
-use pivot::sha256_state::Sha256State;
+use pivot::fetch::sha256_state::Sha256State;
 
 /// The most output read from one input: enough for many blocks, bounded for the fuzzer.
 const MAX_OUTPUT: usize = 16 << 20;

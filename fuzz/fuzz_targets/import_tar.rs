@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use ostree::gio;
-use pivot::image::{Format, OsImage};
+use pivot::fetch::image::{Format, OsImage};
 use pivot::import::{remove_new_staging_dirs, staging_dirs, RepoImporter};
 
 struct Scratch {

@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pivot::config::registries::RegistriesConf;
-use pivot::reference::ImageRef;
+use pivot::fetch::config::registries::RegistriesConf;
+use pivot::fetch::reference::ImageRef;
 
 const IMAGES: [&str; 3] = [
     "quay.io/openshift/os:4.2",

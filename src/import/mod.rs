@@ -7,39 +7,38 @@
 //! Hostile input is refused where it is parsed: every tar member is checked first
 //! ([`member`]), every layer's decompressed size is bounded ([`stream`]), every object must hash
 //! to its name ([`objects`]), and the repo's text files must be small, UTF-8 and free of NULs.
-// unsafe: the probe of libostree's staging-directory locks (fcntl, flock).
-#![allow(unsafe_code)]
 
 mod checkpoint;
+pub mod commit_walk;
 mod derived;
 pub mod gz;
 mod member;
 mod native;
 mod objects;
 mod selinux;
+pub mod staging;
+pub mod store;
 mod stream;
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsString;
+use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::Path;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use ostree::gio;
 use ostree::glib;
 use ostree::ObjectType;
 
-use crate::image::{is_checksum, Compression, Format, OsImage};
+use crate::fetch::image::{is_checksum, Compression, Format, OsImage};
 use checkpoint::{Tracker, POINT_SPAN};
 use member::{Member, MemberCheck};
 pub(crate) use objects::{object_name, object_type, ObjectKey};
 use objects::{write_object, Tally};
 use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
 
-use crate::blob_reader::Blob;
+use crate::fetch::blob_reader::Blob;
 pub use checkpoint::{spool_bound, Checkpoints, LayerCheckpoint};
-pub use stream::decompressed_limit;
+pub use staging::remove_unheld_staging_dirs;
 
 const REPO_DIR: &str = "srv/repo/";
 /// `srv/repo/config` and refs are a few lines of text.
@@ -229,6 +228,7 @@ impl RepoImporter {
     }
 
     /// Imports an uncompressed tar layer read from `reader` (the fuzzing entry point).
+    #[cfg(feature = "internal-testing-api")]
     pub fn import_tar(&mut self, reader: impl Read) -> Result<()> {
         self.import_stream(reader, None)
     }
@@ -297,7 +297,7 @@ impl RepoImporter {
         Ok(())
     }
 
-    /// Writes what [`crate::store`] keeps of this layer of an ostree-native image and returns
+    /// Writes what [`crate::import::store`] keeps of this layer of an ostree-native image and returns
     /// the commit for its layer ref: a component layer's object set (the content objects it
     /// carried), or a derived layer's own commit. None for the commit layer (its ref is the
     /// image's commit, known once all layers are in) and for legacy layers.
@@ -320,7 +320,7 @@ impl RepoImporter {
             .iter()
             .take_while(|k| k.kind() == ObjectType::File)
             .map(ObjectKey::sha256_ref);
-        crate::store::write_object_set(&self.repo, content).map(Some)
+        crate::import::store::write_object_set(&self.repo, content).map(Some)
     }
 
     /// A derived layer's entries dropped on import, by top-level directory.
@@ -341,7 +341,7 @@ impl RepoImporter {
                 self.repo
                     .has_object(ObjectType::Commit, commit, gio::Cancellable::NONE)?,
                 "commit {commit} (label {}) is not in the image's layers",
-                crate::image::NATIVE_COMMIT_LABEL
+                crate::fetch::image::NATIVE_COMMIT_LABEL
             );
             verify_complete(&self.repo, commit)?;
             let derived = if self.derived.is_empty() {
@@ -368,12 +368,12 @@ impl RepoImporter {
             None => match self.refs.len() {
                 0 => bail!(
                     "the image has no {} label and its repository has no ref to fall back on",
-                    crate::image::COMMIT_LABEL
+                    crate::fetch::image::COMMIT_LABEL
                 ),
                 1 => self.refs.values().next().unwrap().clone(),
                 _ => bail!(
                     "the image has no {} label and its repository has several refs ({}): cannot tell which commit to deploy",
-                    crate::image::COMMIT_LABEL,
+                    crate::fetch::image::COMMIT_LABEL,
                     self.refs.keys().cloned().collect::<Vec<_>>().join(", ")
                 ),
             },
@@ -435,7 +435,7 @@ impl ImportedLayer<'_> {
 /// Every object reachable from `commit` must be present before the commit may be deployed.
 pub fn verify_complete(repo: &ostree::Repo, commit: &str) -> Result<()> {
     let mut seen = std::collections::HashSet::new();
-    crate::commit_walk::walk_commit(repo, commit, |kind, checksum| {
+    crate::import::commit_walk::walk_commit(repo, commit, |kind, checksum| {
         match kind {
             ObjectType::DirTree => return Ok(seen.insert(checksum.to_string())),
             ObjectType::DirMeta | ObjectType::File => {}
@@ -447,63 +447,6 @@ pub fn verify_complete(repo: &ostree::Repo, commit: &str) -> Result<()> {
         }
         Ok(true)
     })
-}
-
-/// The `staging-*` directories libostree keeps under the repo's `tmp/`.
-pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
-    std::fs::read_dir(tmp)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|n| n.to_string_lossy().starts_with("staging-"))
-        .collect()
-}
-
-/// Removes the staging directories (and their lock files) that no live process holds: an
-/// ended transaction keeps its objects there for a later one to reuse, which a refused image
-/// must not, and a killed run (its `<name>-lock` file left behind, unheld) leaves them for
-/// good. libostree reuses such a directory only in the boot that made it, and deletes one only
-/// after a day. A directory whose lock is held (a transaction of this or another program) is
-/// left alone.
-pub fn remove_unheld_staging_dirs(tmp: &Path) {
-    for name in staging_dirs(tmp) {
-        let name = name.to_string_lossy();
-        if name.ends_with("-lock") {
-            continue;
-        }
-        let lock = tmp.join(format!("{name}-lock"));
-        if lock_held(&lock) {
-            continue;
-        }
-        let dir = tmp.join(&*name);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => tracing::debug!("removed {}, which no transaction holds", dir.display()),
-            Err(e) => tracing::warn!("could not free {}: {e}", dir.display()),
-        }
-        // Gone already (an ended transaction removes its own): nothing to do.
-        let _ = std::fs::remove_file(&lock);
-    }
-}
-
-/// Whether a live process holds the lock libostree takes on `lock` (an open file description
-/// lock, or on kernels without those a `flock`, as libglnx takes it). A missing file is not
-/// held.
-pub fn lock_held(lock: &Path) -> bool {
-    use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(lock) else {
-        return false;
-    };
-    // SAFETY: a zeroed flock is a valid value; fcntl fills it in.
-    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
-    probe.l_type = libc::F_WRLCK as libc::c_short;
-    probe.l_whence = libc::SEEK_SET as libc::c_short;
-    // SAFETY: an open descriptor and a pointer to a flock that outlives the call.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) } == 0 {
-        return probe.l_type != libc::F_UNLCK as libc::c_short;
-    }
-    // SAFETY: an open descriptor; a lock taken here is released when `file` closes.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
 }
 
 /// A small text file of the repo (its config, a ref): at most [`MAX_TEXT`] bytes of UTF-8

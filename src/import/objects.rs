@@ -15,7 +15,7 @@ use ostree::glib;
 use ostree::glib::translate::{from_glib_full, ToGlibPtr};
 use ostree::ObjectType;
 
-use crate::image::is_checksum;
+use crate::fetch::image::is_checksum;
 
 use super::stream::{ChunkReader, STREAM_CHUNK};
 
@@ -36,7 +36,7 @@ pub(super) enum Outcome {
 
 /// The objects a layer brought: how many were written and skipped and, when asked for, which,
 /// for a resumed run to check they are still staged before it trusts a layer's record (see
-/// `crate::spools`).
+/// `crate::fetch::spools`).
 #[derive(Default)]
 pub(super) struct Tally {
     pub written: u64,
@@ -371,7 +371,7 @@ pub(crate) fn object_name(rel: &str) -> Option<(String, &str)> {
     let (prefix, file) = rel.split_once('/')?;
     let (rest, ext) = file.split_once('.')?;
     let checksum = format!("{prefix}{rest}");
-    (prefix.len() == 2 && crate::image::is_checksum(&checksum)).then_some((checksum, ext))
+    (prefix.len() == 2 && crate::fetch::image::is_checksum(&checksum)).then_some((checksum, ext))
 }
 
 /// Files up to this size are written from memory; larger ones are streamed.
@@ -474,44 +474,4 @@ pub(super) fn write_regfile_streamed(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn object_paths_are_recognised() {
-        let hex = "ab".to_string() + &"c".repeat(62);
-        let path = format!("ab/{}.filez", "c".repeat(62));
-        let (csum, ext) = object_name(&path).unwrap();
-        assert_eq!((csum.as_str(), ext), (hex.as_str(), "filez"));
-        assert!(object_name("ab/short.filez").is_none());
-        assert!(object_name(&format!("abc/{}.filez", &"c".repeat(61))).is_none());
-    }
-
-    #[test]
-    fn object_keys_are_written_as_loose_names_and_read_back() {
-        let checksum = "ab".to_string() + &"c".repeat(62);
-        let mut tally = Tally {
-            names: Some(Vec::new()),
-            ..Tally::default()
-        };
-        tally.count(&checksum, "filez", Outcome::Written);
-        tally.count(&checksum, "dirtree", Outcome::Skipped);
-        tally.count(&checksum, "sig", Outcome::Ignored);
-        let keys = tally.names.unwrap();
-        assert_eq!((tally.written, tally.skipped), (1, 1));
-        let json = serde_json::to_string(&keys).unwrap();
-        assert_eq!(
-            json,
-            format!("[\"{checksum}.file\",\"{checksum}.dirtree\"]")
-        );
-        assert_eq!(serde_json::from_str::<Vec<ObjectKey>>(&json).unwrap(), keys);
-        assert_eq!(keys[0].kind(), ObjectType::File);
-        for bad in [
-            "\"abc.file\"",
-            &format!("\"{checksum}.sig\""),
-            &format!("\"{}.file\"", checksum.to_uppercase()),
-        ] {
-            assert!(serde_json::from_str::<ObjectKey>(bad).is_err(), "{bad}");
-        }
-    }
-}
+mod tests;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 
 use super::gz::{GzReader, InflatePoint, Points};
-use crate::blob_reader::Blob;
-use crate::image::Compression;
+use crate::fetch::blob_reader::Blob;
+use crate::fetch::image::Compression;
 
 pub(super) const STREAM_CHUNK: usize = 128 << 10;
 /// Decompressed chunks buffered between the two threads (each [`STREAM_CHUNK`]).

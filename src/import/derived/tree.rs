@@ -17,7 +17,7 @@ pub(in crate::import) fn apply(
         .with_context(|| format!("reading commit {base}"))?;
     let objects = Objects {
         repo,
-        default_dirmeta: crate::store::root_dirmeta(repo)?,
+        default_dirmeta: crate::import::store::root_dirmeta(repo)?,
         labels: Labels::of_commit(repo, base)?,
     };
     // Layer by layer (split at the boundary markers): whiteouts first, then the rest.
@@ -30,7 +30,7 @@ pub(in crate::import) fn apply(
                 .with_context(|| format!("applying the derived layers: {change:?}"))?;
         }
     }
-    crate::store::write_tree(repo, &root).context("writing the derived tree")
+    crate::import::store::write_tree(repo, &root).context("writing the derived tree")
 }
 
 /// The metadata of what a change adds: a directory a layer only implies is root-owned 0755,

@@ -1,0 +1,105 @@
+//! `pivot status --json`: the deployments and pivot's last attempt per stateroot.
+//!
+//! Its JSON Schema, generated from these types, is `docs/status.schema.json`. Version 1 of the
+//! shape (`--format-version 1`, the default and only one) is these fields; fields are only added,
+//! and a field that changes meaning or goes away gets a new format version.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::outcome::Outcome;
+
+/// `kind` of the status document.
+pub const KIND: &str = "PivotStatus";
+/// The newest `--format-version` of the status document.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The status document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Status {
+    /// Always `pivot.openshift.io/v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    /// Always `PivotStatus`.
+    pub kind: String,
+    /// The shape's version (`--format-version`): 1.
+    pub version: u32,
+    /// The sysroot read (`/` on a node).
+    pub sysroot: String,
+    /// Every deployment, in boot order.
+    pub deployments: Vec<Deployment>,
+    /// Pivot's record, per stateroot that has one.
+    pub pivot: BTreeMap<String, PivotState>,
+}
+
+impl Status {
+    /// Keeps only the booted deployment (`--booted`).
+    pub fn retain_booted(&mut self) {
+        self.deployments.retain(|d| d.booted);
+    }
+}
+
+/// One deployment of the sysroot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Deployment {
+    pub stateroot: String,
+    /// The deployed commit.
+    pub checksum: String,
+    pub serial: i32,
+    /// The commit's `version` metadata, else the image's `version` label recorded at pivot time.
+    pub version: Option<String>,
+    /// `host/path@sha256:…` this deployment was pivoted from, if pivot (or openshift/pivot) made
+    /// it; for an ostree-native deployment (whoever made it), its image with the manifest digest.
+    pub image: Option<String>,
+    /// For an ostree-native deployment: the digest of the manifest its commit was made from
+    /// (`ostree.manifest-digest` of the merge commit, as bootc status shows it).
+    pub manifest_digest: Option<String>,
+    /// For an ostree-native deployment: when the image was made (its merge commit's time), in
+    /// seconds since the epoch.
+    pub timestamp: Option<u64>,
+    pub booted: bool,
+    pub staged: bool,
+    /// First in boot order: what the bootloader starts next (a staged deployment, once finalized
+    /// at shutdown, goes before it).
+    pub default: bool,
+    /// The bootloader's next entry after the default one.
+    pub rollback: bool,
+}
+
+/// Pivot's record for one stateroot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PivotState {
+    /// The pullspec from `/etc/pivot/image-pullspec` being pursued.
+    pub target: Option<String>,
+    /// Runs for `target` that started without the node running it yet.
+    pub attempts: u32,
+    /// The last run, whatever its pullspec.
+    pub last: Option<Attempt>,
+}
+
+/// One pivot run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Attempt {
+    pub pullspec: String,
+    pub source: PullspecSource,
+    /// When the run started, in seconds since the Unix epoch.
+    pub started: u64,
+    pub outcome: Outcome,
+    /// The image's manifest digest, once known.
+    pub digest: Option<String>,
+    /// The OSTree commit deployed, once known.
+    pub commit: Option<String>,
+    /// Why the run failed.
+    pub error: Option<String>,
+}
+
+/// Where a run's pullspec came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PullspecSource {
+    /// `/etc/pivot/image-pullspec` (first boot).
+    File,
+    /// The command line.
+    Argument,
+}

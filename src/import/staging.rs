@@ -1,0 +1,67 @@
+//! libostree's staging directories (`tmp/staging-*`): an ended transaction keeps its objects
+//! there for a later one to reuse, and a killed one leaves them behind for good. pivot removes
+//! every one no live process holds after each import, so a refused image's objects and a
+//! killed run's leftovers do not stay on the node.
+// unsafe: the probe of libostree's staging-directory locks (fcntl, flock).
+#![allow(unsafe_code)]
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::Path;
+
+/// The `staging-*` directories libostree keeps under the repo's `tmp/`.
+pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
+    std::fs::read_dir(tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("staging-"))
+        .collect()
+}
+
+/// Removes the staging directories (and their lock files) that no live process holds: an
+/// ended transaction keeps its objects there for a later one to reuse, which a refused image
+/// must not, and a killed run (its `<name>-lock` file left behind, unheld) leaves them for
+/// good. libostree reuses such a directory only in the boot that made it, and deletes one only
+/// after a day. A directory whose lock is held (a transaction of this or another program) is
+/// left alone.
+pub fn remove_unheld_staging_dirs(tmp: &Path) {
+    for name in staging_dirs(tmp) {
+        let name = name.to_string_lossy();
+        if name.ends_with("-lock") {
+            continue;
+        }
+        let lock = tmp.join(format!("{name}-lock"));
+        if lock_held(&lock) {
+            continue;
+        }
+        let dir = tmp.join(&*name);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => tracing::debug!("removed {}, which no transaction holds", dir.display()),
+            Err(e) => tracing::warn!("could not free {}: {e}", dir.display()),
+        }
+        // Gone already (an ended transaction removes its own): nothing to do.
+        let _ = std::fs::remove_file(&lock);
+    }
+}
+
+/// Whether a live process holds the lock libostree takes on `lock` (an open file description
+/// lock, or on kernels without those a `flock`, as libglnx takes it). A missing file is not
+/// held.
+pub fn lock_held(lock: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(lock) else {
+        return false;
+    };
+    // SAFETY: a zeroed flock is a valid value; fcntl fills it in.
+    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
+    probe.l_type = libc::F_WRLCK as libc::c_short;
+    probe.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: an open descriptor and a pointer to a flock that outlives the call.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) } == 0 {
+        return probe.l_type != libc::F_UNLCK as libc::c_short;
+    }
+    // SAFETY: an open descriptor; a lock taken here is released when `file` closes.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+}

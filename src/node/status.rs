@@ -1,0 +1,310 @@
+//! `pivot status`: the deployments and pivot's last attempt, for people or as JSON. The JSON
+//! document's types are [`crate::api::status`] (schema: `docs/status.schema.json`); this module
+//! fills them from the sysroot and the state files, and lays them out for people.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::api::status::{self, Attempt, Deployment, PullspecSource, PivotState, Status};
+use crate::api::API_VERSION;
+use crate::node::state::{self as state_file, StateFile, MAX_ATTEMPTS};
+use crate::sysroot::deployments::{self, DeploymentInfo};
+
+pub fn read(sysroot_path: &Path) -> Result<Status> {
+    let sysroot = deployments::open_sysroot(sysroot_path)?;
+    let deployments = deployments::list(&sysroot)?;
+    let mut pivot = BTreeMap::new();
+    let mut stateroots: Vec<&str> = deployments.iter().map(|d| d.stateroot.as_str()).collect();
+    stateroots.dedup();
+    for stateroot in stateroots {
+        let file = StateFile::for_stateroot(sysroot_path, stateroot);
+        if file.path().exists() {
+            pivot.insert(stateroot.to_string(), published(file.load()?));
+        }
+    }
+    Ok(Status {
+        api_version: API_VERSION.into(),
+        kind: status::KIND.into(),
+        version: status::FORMAT_VERSION,
+        sysroot: sysroot_path.display().to_string(),
+        deployments: deployments.iter().map(deployment).collect(),
+        pivot,
+    })
+}
+
+/// A deployment as the status document shows it.
+fn deployment(d: &DeploymentInfo) -> Deployment {
+    Deployment {
+        stateroot: d.stateroot.clone(),
+        checksum: d.checksum.clone(),
+        serial: d.serial,
+        version: d.version.clone(),
+        image: d.image.clone(),
+        manifest_digest: d.manifest_digest.clone(),
+        timestamp: d.timestamp,
+        booted: d.booted,
+        staged: d.staged,
+        default: d.default,
+        rollback: d.rollback,
+    }
+}
+
+/// The state file's record, as the status document shows it.
+pub(crate) fn published(state: state_file::State) -> PivotState {
+    PivotState {
+        target: state.target,
+        attempts: state.attempts,
+        last: state.last.map(|a| Attempt {
+            pullspec: a.pullspec,
+            source: a.source,
+            started: a.started,
+            outcome: a.outcome,
+            digest: a.digest,
+            commit: a.commit,
+            error: a.error,
+        }),
+    }
+}
+
+/// The human view, laid out like `rpm-ostree status`: deployments in boot order (● marks the
+/// booted one), then each stateroot's last pivot.
+pub fn render(status: &Status) -> String {
+    let mut out = String::new();
+    let shown = &status.deployments;
+    if shown.is_empty() {
+        out.push_str("No deployments.\n");
+    } else {
+        out.push_str("Deployments:\n");
+    }
+    for (i, d) in shown.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mark = if d.booted { '●' } else { ' ' };
+        let flags: Vec<&str> = [
+            (d.booted, "booted"),
+            (d.staged, "staged"),
+            (d.default, "default"),
+            (d.rollback, "rollback"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, name)| *name)
+        .collect();
+        let title = match &d.image {
+            Some(image) => format!("{}{image}", crate::sysroot::deployments::ORIGIN_SCHEME),
+            None => format!("{}:{}", d.stateroot, d.checksum),
+        };
+        let flags = match flags.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", flags.join(", ")),
+        };
+        let _ = writeln!(out, "{mark} {title}{flags}");
+        field(
+            &mut out,
+            "Version",
+            d.version.as_deref().unwrap_or("(none)"),
+        );
+        if let Some(digest) = &d.manifest_digest {
+            field(&mut out, "Digest", digest);
+        }
+        if let Some(timestamp) = d.timestamp {
+            field(&mut out, "Timestamp", &format_utc(timestamp));
+        }
+        field(&mut out, "Commit", &d.checksum);
+        field(
+            &mut out,
+            "Stateroot",
+            &format!("{} (serial {})", d.stateroot, d.serial),
+        );
+    }
+    for (stateroot, state) in &status.pivot {
+        let Some(last) = &state.last else { continue };
+        let _ = writeln!(out, "\nLast pivot ({stateroot}): {}", last.outcome);
+        let source = match last.source {
+            PullspecSource::File => "from /etc/pivot/image-pullspec",
+            PullspecSource::Argument => "given on the command line",
+        };
+        field(
+            &mut out,
+            "Pullspec",
+            &format!("{} ({source})", last.pullspec),
+        );
+        field(&mut out, "Started", &format_utc(last.started));
+        if let Some(digest) = &last.digest {
+            field(&mut out, "Digest", digest);
+        }
+        if let Some(commit) = &last.commit {
+            field(&mut out, "Commit", commit);
+        }
+        if state.attempts > 0 {
+            field(
+                &mut out,
+                "Attempts",
+                &format!(
+                    "{}/{MAX_ATTEMPTS} at {}",
+                    state.attempts,
+                    state.target.as_deref().unwrap_or("?")
+                ),
+            );
+        }
+        if let Some(error) = &last.error {
+            field(&mut out, "Error", error);
+        }
+    }
+    out
+}
+
+/// A `Name: value` line, names right-aligned as rpm-ostree does.
+fn field(out: &mut String, name: &str, value: &str) {
+    let _ = writeln!(out, "{name:>15}: {value}");
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` from Unix seconds (civil-from-days, proleptic Gregorian).
+fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formatting_matches_known_instants() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(format_utc(1_796_050_800), "2026-11-30 15:00:00 UTC");
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    //! The human and JSON views against files under tests/golden/ (`PIVOT_BLESS=1` rewrites them
+    //! after a deliberate change; review the diff).
+
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn deployment(serial: i32, version: &str, image: Option<&str>) -> Deployment {
+        Deployment {
+            stateroot: "fedora-coreos".into(),
+            checksum: version.repeat(64 / version.len()),
+            serial,
+            version: Some(version.into()),
+            image: image.map(str::to_string),
+            manifest_digest: None,
+            timestamp: None,
+            booted: false,
+            staged: false,
+            default: false,
+            rollback: false,
+        }
+    }
+
+    /// A node that booted v2, has v3 staged after two attempts at it, and v1 as rollback.
+    fn sample() -> Status {
+        let mut v3 = deployment(0, "3", None);
+        v3.image = Some(format!("quay.io/os/node@sha256:{}", "c".repeat(64)));
+        // An ostree-native image: its merge commit records the manifest digest and the time.
+        v3.manifest_digest = Some(format!("sha256:{}", "e".repeat(64)));
+        v3.timestamp = Some(1_795_000_000);
+        v3.staged = true;
+        let mut v2 = deployment(0, "2", None);
+        v2.image = Some(format!("quay.io/os/node@sha256:{}", "b".repeat(64)));
+        v2.booted = true;
+        v2.default = true;
+        let mut v1 = deployment(1, "1", None);
+        v1.rollback = true;
+        let last = Attempt {
+            pullspec: "quay.io/os/node:4.15".into(),
+            source: PullspecSource::File,
+            started: 1_796_050_800,
+            outcome: crate::api::outcome::Outcome::Failed,
+            digest: Some(format!("sha256:{}", "d".repeat(64))),
+            commit: None,
+            error: Some(
+                "pulling quay.io/os/node:4.15: fetching layer 1/2 sha256:dd…: digest mismatch"
+                    .into(),
+            ),
+        };
+        let state = PivotState {
+            target: Some("quay.io/os/node:4.15".into()),
+            attempts: 2,
+            last: Some(last),
+        };
+        Status {
+            api_version: API_VERSION.into(),
+            kind: status::KIND.into(),
+            version: status::FORMAT_VERSION,
+            sysroot: "/".into(),
+            deployments: vec![v3, v2, v1],
+            pivot: BTreeMap::from([("fedora-coreos".to_string(), state)]),
+        }
+    }
+
+    fn check(name: &str, actual: &str) {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name);
+        if std::env::var_os("PIVOT_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, actual).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (PIVOT_BLESS=1 writes it)", path.display()));
+        assert_eq!(actual, expected, "{} differs", path.display());
+    }
+
+    #[test]
+    fn human_status_matches_golden_file() {
+        check("status.txt", &render(&sample()));
+    }
+
+    #[test]
+    fn booted_only_status_matches_golden_file() {
+        let mut status = sample();
+        status.retain_booted();
+        check("status-booted.txt", &render(&status));
+    }
+
+    #[test]
+    fn json_status_matches_golden_file() {
+        let json = serde_json::to_string_pretty(&sample()).unwrap() + "\n";
+        check("status.json", &json);
+    }
+
+    /// A program reading `pivot status --json` with the published types gets the document
+    /// back, and the fields the schema requires are all there.
+    #[test]
+    fn the_json_document_reads_back_through_the_published_types() {
+        let json = serde_json::to_string(&sample()).unwrap();
+        let read: Status = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, sample());
+        let schema = serde_json::to_value(schemars::schema_for!(Status)).unwrap();
+        let document: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for field in schema["required"].as_array().unwrap() {
+            let field = field.as_str().unwrap();
+            assert!(document.get(field).is_some(), "{field} missing");
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! The part of a pivot that runs on one blocking thread and owns the libostree objects: under
+//! the sysroot lock it re-checks the deployments, imports the layers (two at a time, into one
+//! repo transaction), checks free space, keeps refs and deploys.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use anyhow::{bail, Context, Result};
+use ostree::gio;
+use ostree::gio::prelude::FileExt;
+use tokio::runtime::Handle;
+
+use crate::api::progress::Step;
+
+use crate::sysroot::deploy::{self, Deployed, OriginInfo, SysrootLock};
+use crate::sysroot::deployments::{self, DeploymentInfo};
+use crate::fetch::image::{Compression, Format, Layer, OsImage};
+
+use crate::import::{self, RepoImporter};
+use crate::sysroot::kargs::Edit;
+use crate::run::local::find_at_target;
+use crate::node::progress::Progress;
+use crate::fetch::reference::ImageRef;
+use crate::fetch::source::Source;
+use crate::sysroot::space;
+use crate::fetch::spools::Spools;
+use crate::import::store;
+
+/// The part of a pivot that runs on one blocking thread, owning the libostree objects.
+pub(crate) struct Job {
+    /// The deployments as this run found them before taking the sysroot lock.
+    pub(crate) seen: Vec<String>,
+    pub(crate) sysroot: PathBuf,
+    pub(crate) stateroot: String,
+    pub(crate) pullspec: String,
+    pub(crate) image: ImageRef,
+    pub(crate) os: OsImage,
+    pub(crate) keep: bool,
+    pub(crate) download_only: bool,
+    pub(crate) partial_downloads: bool,
+    /// None when the commit is known to be in the repo already.
+    pub(crate) source: Option<Source>,
+    pub(crate) runtime: Handle,
+    pub(crate) progress: Progress,
+    pub(crate) kargs: Vec<Edit>,
+    /// Per layer, the commit under which the store holds it whole ([`stored_layer`]): looked
+    /// up once, by the space check, and read by the layer imports.
+    pub(crate) stored: std::sync::OnceLock<Vec<Option<String>>>,
+}
+
+impl Job {
+    /// The commit and its new deployment (none with `--download-only`); None when another
+    /// pivot deployed the target while this one waited for the lock.
+    pub(crate) fn run(self) -> Result<Option<(String, Option<Deployed>)>> {
+        let sysroot = ostree::Sysroot::new(Some(&gio::File::for_path(&self.sysroot)));
+        let _lock = SysrootLock::acquire(&sysroot)?;
+        sysroot
+            .load(gio::Cancellable::NONE)
+            .context("loading the sysroot")?;
+        // Re-checked under the lock: a concurrent pivot may have just deployed the target.
+        let current = deployments::list(&sysroot)?;
+        if find_at_target(
+            &current,
+            Some(&self.os.digest),
+            self.os.commit_label.as_deref(),
+        )
+        .is_some()
+        {
+            tracing::info!("the target was deployed while waiting for the sysroot lock");
+            return Ok(None);
+        }
+        // Anything else that changed meanwhile (another pivot deployed another target, an admin
+        // ran ostree admin) makes this run's view stale: its merge deployment, what it took as
+        // current. Deploying on top of that could drop the deployment just made; start over.
+        let now = deployment_ids(&current);
+        if now != self.seen {
+            tracing::info!(
+                "deployments before waiting for the lock: {}; now: {}",
+                self.seen.join(", "),
+                now.join(", ")
+            );
+            bail!("the deployments changed while waiting for the sysroot lock; run pivot again");
+        }
+        let repo = sysroot.repo();
+        let commit = match self.present(&repo)? {
+            Some(commit) => commit,
+            None => {
+                let spooling = self.check_space(&repo)?;
+                self.import(&repo, spooling)
+                    .with_context(|| format!("pulling {}", self.pullspec))?
+            }
+        };
+        space::check_boot(&self.sysroot, &self.stateroot, &repo, &commit)?;
+        let mut refs = Vec::new();
+        if self.keep || self.download_only {
+            refs.push(format!("pivot/{}", self.image.ref_name()));
+        }
+        if self.download_only {
+            refs.push(downloaded_ref(&self.os.digest, self.os.format));
+        }
+        for name in refs {
+            repo.set_ref_immediate(None, &name, Some(&commit), gio::Cancellable::NONE)
+                .with_context(|| format!("keeping {commit} under the ref {name}"))?;
+        }
+        if self.download_only {
+            return Ok(Some((commit, None)));
+        }
+        self.progress.step(Step::Deploying);
+        let origin = deploy::origin(
+            &sysroot,
+            &OriginInfo {
+                commit: &commit,
+                image: &self.image,
+                digest: &self.os.digest,
+                version: self.os.version.as_deref(),
+                pullspec: &self.pullspec,
+                format: self.os.format,
+            },
+        );
+        let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
+            .with_context(|| format!("deploying commit {commit}"))?;
+        Ok(Some((commit, Some(deployed))))
+    }
+
+    /// The commit to deploy when the repo has all it needs already (nothing to download): the
+    /// image's commit (legacy, or read back from a `--download-only` ref), or for an
+    /// ostree-native image its merge commit, imported before under the same reference (by pivot,
+    /// rpm-ostree or bootc), else written now on its commit when that is complete and the image
+    /// has no derived layers.
+    fn present(&self, repo: &ostree::Repo) -> Result<Option<String>> {
+        let native = self.os.format == Format::Native && !self.os.layers.is_empty();
+        if native {
+            let image = self.store_image();
+            let name = store::image_ref(&image)?;
+            if let Some(merge) = repo.resolve_rev(&name, true)? {
+                let same = store::ContainerCommit::read(repo, &merge)?
+                    .is_some_and(|c| c.manifest_digest == self.os.manifest_digest);
+                if same && import::verify_complete(repo, &merge).is_ok() {
+                    tracing::info!(
+                        "{image} is already in the repo as {merge}: nothing to download"
+                    );
+                    unmark_partial(repo, &merge)?;
+                    return Ok(Some(merge.to_string()));
+                }
+            }
+        }
+        let Some(commit) = self.os.commit_label.as_deref() else {
+            return Ok(None);
+        };
+        if import::verify_complete(repo, commit).is_err() {
+            return Ok(None);
+        }
+        tracing::info!("commit {commit} is already in the repo: nothing to download");
+        // A run killed right after committing the import left the mark on; it is whole.
+        unmark_partial(repo, commit)?;
+        if !native {
+            return Ok(Some(commit.to_string()));
+        }
+        let tx = repo
+            .auto_transaction(gio::Cancellable::NONE)
+            .context("starting a repo transaction")?;
+        let merge = self.write_store(repo, commit, None, &[], &store::Filtered::new())?;
+        tx.commit(gio::Cancellable::NONE)
+            .context("committing the image's merge commit")?;
+        Ok(Some(merge))
+    }
+
+    /// The image reference of the store (see [`crate::import::store`]): the one the deployment's
+    /// origin names.
+    fn store_image(&self) -> String {
+        let reference = deploy::native_reference(&self.image, &self.os.digest);
+        store::image_of_origin(&reference).expect("pivot's origins name a store image")
+    }
+
+    /// Writes the store's refs and the merge commit of an ostree-native image into the open
+    /// transaction: each layer's ref (layer 0 on `base`, the others on `layer_commits`), the
+    /// merge commit on `derived` (the tree with the derived layers applied) or `base`'s tree,
+    /// and the image's ref on it. Returns the merge commit.
+    fn write_store(
+        &self,
+        repo: &ostree::Repo,
+        base: &str,
+        derived: Option<&ostree::RepoFile>,
+        layer_commits: &[(String, String)],
+        filtered: &store::Filtered,
+    ) -> Result<String> {
+        let first = &self.os.layers[0].descriptor.digest;
+        let layers = std::iter::once((first.as_str(), base))
+            .chain(layer_commits.iter().map(|(d, c)| (d.as_str(), c.as_str())));
+        for (digest, commit) in layers {
+            repo.transaction_set_ref(None, &store::layer_ref(digest)?, Some(commit));
+        }
+        let root = match derived {
+            Some(root) => root.clone(),
+            None => store::commit_root(repo, base)?,
+        };
+        let merge = store::write_merge_commit(repo, &root, &self.os.store_meta(), filtered)?;
+        if derived.is_some() {
+            import::verify_complete(repo, &merge)?;
+        }
+        repo.transaction_set_ref(None, &store::image_ref(&self.store_image())?, Some(&merge));
+        Ok(merge)
+    }
+
+    /// [`Self::stored`], looked up on first use.
+    pub(super) fn stored(&self, repo: &ostree::Repo) -> Result<&[Option<String>]> {
+        if let Some(stored) = self.stored.get() {
+            return Ok(stored);
+        }
+        let stored = (0..self.os.layers.len())
+            .map(|i| stored_layer(repo, &self.os, i))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.stored.get_or_init(|| stored))
+    }
+
+    /// Whether the import of `layer` keeps checkpoints (see `import::checkpoint`).
+    pub(super) fn checkpointed(&self, layer: &Layer) -> bool {
+        !layer.derived && layer.compression == Compression::Gzip
+    }
+
+    /// Refuses, before any layer is downloaded, an import the repo's filesystem has no room for;
+    /// whether to keep downloads for resume (wanted, and room for them too).
+    fn check_space(&self, repo: &ostree::Repo) -> Result<bool> {
+        // As people know it (libostree's own path for the repo is a /proc/self/fd one).
+        let repo_path = self.sysroot.join("ostree/repo");
+        let mut layers = Vec::new();
+        // Layers the store holds already are not fetched, and need no room.
+        for (i, l) in self.os.layers.iter().enumerate() {
+            if self.stored(repo)?[i].is_some() {
+                continue;
+            }
+            let size = l.descriptor.size.max(0) as u64;
+            layers.push(space::Layer {
+                size,
+                spooled: Spools::held(&repo_path, &l.descriptor.digest, size),
+                checkpointed: self.checkpointed(l),
+            });
+        }
+        let remote = self.source.as_ref().is_some_and(Source::is_remote);
+        space::check_repo(repo, &repo_path, &layers, self.partial_downloads && remote)
+    }
+
+    /// Streams every layer into one transaction; nothing is committed unless all layers verified
+    /// and the commit is complete. On failure the transaction's temporary space is freed.
+    fn import(&self, repo: &ostree::Repo, spooling: bool) -> Result<String> {
+        let tmp = repo.path().path().unwrap_or_default().join("tmp");
+        let imported = self.import_in_transaction(repo, spooling);
+        import::remove_unheld_staging_dirs(&tmp);
+        imported
+    }
+
+    fn import_in_transaction(&self, repo: &ostree::Repo, spooling: bool) -> Result<String> {
+        let repo_path = repo.path().path().unwrap_or_default();
+        let spools = Spools::new(&repo_path, &self.os, spooling);
+        let imported = self.import_layers(repo, &spools);
+        // A killed run keeps its downloads for the next one; a run that ends keeps nothing.
+        spools.remove_all();
+        imported
+    }
+
+    fn import_layers(&self, repo: &ostree::Repo, spools: &Spools) -> Result<String> {
+        let tx = repo
+            .auto_transaction(gio::Cancellable::NONE)
+            .context("starting a repo transaction")?;
+        self.progress.step(Step::Importing);
+        let sizes: Vec<(String, u64)> = self
+            .os
+            .layers
+            .iter()
+            .map(|l| (l.descriptor.digest.clone(), l.descriptor.size.max(0) as u64))
+            .collect();
+        self.progress.start(&self.pullspec, &self.os.digest, &sizes);
+        let mut importer = RepoImporter::new(repo.clone(), self.os.format, false);
+        let mut layer_commits = Vec::new();
+        let mut filtered = store::Filtered::new();
+        // Merged in layer order, so a later layer's config or ref wins as it would in a
+        // sequential import.
+        for (layer, imported) in self
+            .os
+            .layers
+            .iter()
+            .zip(self.import_each_layer(repo, spools)?)
+        {
+            let digest = &layer.descriptor.digest;
+            if let Some(commit) = &imported.layer_commit {
+                layer_commits.push((digest.clone(), commit.clone()));
+            }
+            if !imported.filtered().is_empty() {
+                filtered.insert(digest.clone(), imported.filtered().clone());
+            }
+            importer.absorb(imported)?;
+        }
+        let (written, skipped) = importer.counts();
+        let finished = importer.finish(&self.os)?;
+        let mut commits = vec![finished.commit.clone()];
+        if self.os.format == Format::Native {
+            let derived = finished.derived.as_ref();
+            let merge =
+                self.write_store(repo, &finished.commit, derived, &layer_commits, &filtered)?;
+            commits.insert(0, merge);
+        }
+        // Committing moves the objects into place one by one: until it is done, the commits
+        // are marked partial, so that after a kill in between neither fsck nor the next run
+        // takes a commit for a whole one.
+        for commit in &commits {
+            repo.mark_commit_partial(commit, true)
+                .context("marking the commit partial")?;
+        }
+        tx.commit(gio::Cancellable::NONE)
+            .context("committing the imported objects")?;
+        for commit in &commits {
+            unmark_partial(repo, commit)?;
+        }
+        let commit = commits.swap_remove(0);
+        tracing::info!("imported {commit}: {written} objects written, {skipped} already present");
+        Ok(commit)
+    }
+
+    /// Imports the layers [`PARALLEL_LAYERS`] at a time into the open transaction, each into its
+    /// own [`RepoImporter`]; returns them in layer order. After a failure no new layer starts,
+    /// and the error reported is that of the first failed layer.
+    fn import_each_layer(&self, repo: &ostree::Repo, spools: &Spools) -> Result<Vec<RepoImporter>> {
+        let count = self.os.layers.len();
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let mut done: Vec<(usize, Result<RepoImporter>)> = std::thread::scope(|scope| {
+            let (next, failed) = (&next, &failed);
+            let workers: Vec<_> = (0..PARALLEL_LAYERS.min(count))
+                .map(|_| {
+                    // A repo handle may move between threads but not be shared by them.
+                    let repo = repo.clone();
+                    scope.spawn(move || {
+                        let mut done = Vec::new();
+                        while !failed.load(Ordering::Relaxed) {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= count {
+                                break;
+                            }
+                            let imported = self.import_layer(&repo, spools, i);
+                            failed.fetch_or(imported.is_err(), Ordering::Relaxed);
+                            done.push((i, imported));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| {
+                    w.join().unwrap_or_else(|_| {
+                        vec![(0, Err(anyhow::anyhow!("a layer import thread panicked")))]
+                    })
+                })
+                .collect()
+        });
+        done.sort_by_key(|(i, _)| *i);
+        done.into_iter().map(|(_, imported)| imported).collect()
+    }
+}
+
+/// The commit under which the store (see [`crate::import::store`]) keeps layer `i` of `os`, whole: a
+/// component layer of an ostree-native image that an earlier import (pivot's, rpm-ostree's,
+/// bootc's) left with every content object it carried. Such a layer need not be fetched. The
+/// commit layer and derived layers are always fetched unless the whole image is present.
+pub(crate) fn stored_layer(repo: &ostree::Repo, os: &OsImage, i: usize) -> Result<Option<String>> {
+    let layer = &os.layers[i];
+    if os.format != Format::Native || i == 0 || layer.derived {
+        return Ok(None);
+    }
+    let commit = store::layer_commit(repo, &layer.descriptor.digest)?;
+    Ok(commit.filter(|c| import::verify_complete(repo, c).is_ok()))
+}
+
+/// Clears the partial mark of `commit` (it is whole).
+fn unmark_partial(repo: &ostree::Repo, commit: &str) -> Result<()> {
+    repo.mark_commit_partial(commit, false)
+        .with_context(|| format!("marking commit {commit} complete"))
+}
+
+/// The ref that keeps a `--download-only` commit, named after the image digest it came from
+/// (and its format, which decides the origin the later deployment gets).
+pub(crate) fn downloaded_ref(digest: &str, format: Format) -> String {
+    let digest = digest.replace(':', "-");
+    match format {
+        Format::Legacy => format!("pivot/downloaded/{digest}"),
+        Format::Native => format!("pivot/downloaded/native/{digest}"),
+    }
+}
+
+/// Layers imported at once. Each layer's import already keeps two threads busy
+/// (decompression, object writes) but waits on the network and on fsync in turns; a second
+/// layer fills those gaps (measured: benches/pivot-bench). More would only add memory and
+/// spooled bytes on a 2-core node.
+pub const PARALLEL_LAYERS: usize = 2;
+
+/// Deployments as `stateroot/checksum.serial` (staged ones marked), in boot order.
+pub(crate) fn deployment_ids(deployments: &[DeploymentInfo]) -> Vec<String> {
+    deployments
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}.{}{}",
+                d.stateroot,
+                d.checksum,
+                d.serial,
+                if d.staged { " (staged)" } else { "" }
+            )
+        })
+        .collect()
+}

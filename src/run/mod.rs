@@ -1,0 +1,480 @@
+//! One pivot, driven through the stages: pullspec → fetch → import → deploy → state.
+//!
+//! The pullspec file (`/etc/pivot/image-pullspec`, read when no pullspec is given) is removed only
+//! once the node is confirmed to run its target (on the booted system: booted from it; on another
+//! sysroot: its default deployment is it). Until then every run counts an attempt in the state
+//! file; after [`MAX_ATTEMPTS`] runs that did not end on the target, pivot stops with an error
+//! instead of pulling and rebooting again, so a target that keeps failing cannot become a reboot
+//! loop. The file stays, so the failure is visible; a run with an explicit pullspec is never
+//! limited, and removing the state file resets the count.
+
+pub(crate) mod job;
+mod layer;
+mod local;
+pub(crate) mod memory;
+
+pub use job::PARALLEL_LAYERS;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context, Result};
+use tokio::runtime::Handle;
+
+use crate::sysroot::deployments::{self, DeploymentInfo};
+use crate::node::events::{self, Reported, Target};
+use crate::fetch::image::{Format, OsImage};
+use crate::import;
+use job::{deployment_ids, downloaded_ref, Job};
+use local::Local;
+use crate::sysroot::kargs::{self, Edit};
+pub use crate::api::outcome::Outcome;
+use crate::node::progress::Progress;
+use crate::fetch::reference::ImageRef;
+use crate::fetch::registry::Access;
+use crate::fetch::source;
+use crate::api::progress::Step;
+use crate::api::status::PullspecSource as Source;
+use crate::node::state::{Attempt, State, StateFile, MAX_ATTEMPTS};
+
+/// Where the first-boot pullspec lives, relative to the system's /etc.
+pub const PULLSPEC_FILE: &str = "pivot/image-pullspec";
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub pullspec: Option<String>,
+    pub sysroot: PathBuf,
+    pub stateroot: Option<String>,
+    pub keep: bool,
+    /// Spool layer downloads to disk so that a killed run resumes them.
+    pub partial_downloads: bool,
+    /// Kernel argument edits from the command line, applied after the kernel-args file's.
+    pub karg_edits: Vec<Edit>,
+    /// Only report what a pivot would do (manifest and config only; nothing written).
+    pub check: bool,
+    /// Pull and import, deploy nothing; the commit is kept for a later (offline) pivot.
+    pub download_only: bool,
+    pub access: Access,
+    pub progress: Progress,
+}
+
+/// What a finished run reports to its caller.
+pub struct Report {
+    pub outcome: Outcome,
+    /// The target is deployed but a pullspec-file run found the node not running it: the
+    /// reboot that would start it is still owed.
+    pub reboot_pending: bool,
+    /// Why the attempt could not be recorded in the state file, if it could not: then the
+    /// reboot-loop guard cannot count this attempt, and pivot must not reboot.
+    pub unrecorded: Option<String>,
+    /// The sysroot is the running system (so rebooting means something).
+    pub booted: bool,
+    /// The target, for the journal.
+    pub target: Target,
+}
+
+/// Runs one pivot and records its outcome in the state file.
+pub async fn run(opts: &Options) -> Result<Report> {
+    let local = {
+        let (path, stateroot) = (opts.sysroot.clone(), opts.stateroot.clone());
+        tokio::task::spawn_blocking(move || Local::inspect(&path, stateroot.as_deref())).await??
+    };
+    let (pullspec, source) = match &opts.pullspec {
+        Some(p) => (p.trim().to_string(), Source::Argument),
+        None => (read_pullspec_file(&local.etc)?, Source::File),
+    };
+    let image = ImageRef::parse(&pullspec).with_context(|| match source {
+        Source::Argument => format!("invalid pullspec {pullspec:?}"),
+        Source::File => format!(
+            "invalid pullspec in {}",
+            local.etc.join(PULLSPEC_FILE).display()
+        ),
+    })?;
+
+    let state_file = StateFile::for_stateroot(&opts.sysroot, &local.stateroot);
+    let mut state = state_file.load()?;
+    if source == Source::File && state.target.as_deref() != Some(&pullspec) {
+        state.target = Some(pullspec.clone());
+        state.attempts = 0;
+    }
+    let mut kargs = kargs::read_file(&local.etc)?;
+    kargs.extend(opts.karg_edits.iter().cloned());
+    let mut run = Run {
+        opts,
+        target: Target {
+            image: image.name(),
+            ..Default::default()
+        },
+        kargs,
+        local: &local,
+        image,
+        source,
+        state_file: &state_file,
+        state,
+        attempt: Attempt::new(&pullspec, source),
+        reboot_pending: false,
+        unrecorded: None,
+    };
+    let result = run.pivot().await;
+    run.attempt.outcome = match &result {
+        Ok(outcome) => *outcome,
+        Err(e) => {
+            run.attempt.error = Some(format!("{e:#}"));
+            Outcome::Failed
+        }
+    };
+    let outcome = run.attempt.outcome;
+    opts.progress.finish(outcome);
+    run.state.last = Some(run.attempt);
+    // A check changes nothing, not even the record of attempts.
+    if !opts.check {
+        if let Err(e) = state_file.save(&run.state) {
+            tracing::warn!("could not record the outcome: {e:#}");
+            run.unrecorded.get_or_insert(format!("{e:#}"));
+        }
+    }
+    if let Err(e) = &result {
+        events::error(events::FAILED, &run.target, &format!("{e:#}"));
+    }
+    events::finished(&run.target, outcome);
+    match result {
+        Ok(outcome) => Ok(Report {
+            outcome,
+            reboot_pending: run.reboot_pending,
+            unrecorded: run.unrecorded,
+            booted: local.booted,
+            target: run.target,
+        }),
+        Err(e) => Err(Reported(e).into()),
+    }
+}
+
+fn read_pullspec_file(etc: &Path) -> Result<String> {
+    let path = etc.join(PULLSPEC_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("no pullspec given and {} does not exist", path.display())
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let spec = text.trim();
+    ensure!(!spec.is_empty(), "{} is empty", path.display());
+    Ok(spec.to_string())
+}
+
+struct Run<'a> {
+    opts: &'a Options,
+    /// What the journal events say about the target, filled in as it becomes known.
+    target: Target,
+    /// The kernel-args file's edits, then the command line's.
+    kargs: Vec<Edit>,
+    local: &'a Local,
+    image: ImageRef,
+    source: Source,
+    state_file: &'a StateFile,
+    state: State,
+    attempt: Attempt,
+    /// See [`Report::reboot_pending`].
+    reboot_pending: bool,
+    /// See [`Report::unrecorded`].
+    unrecorded: Option<String>,
+}
+
+impl Run<'_> {
+    async fn pivot(&mut self) -> Result<Outcome> {
+        // A pinned digest that is already deployed needs no registry at all.
+        let pinned = self.image.digest.clone();
+        if let Some(hit) = self.local.at_target(pinned.as_deref(), None) {
+            if self.source == Source::Argument || self.local.is_current(hit) {
+                return self.settle(hit.clone());
+            }
+        }
+        if self.source == Source::File {
+            // The node runs what pivot deployed for this very pullspec: confirmed, even if the
+            // registry is out of reach now (a moved tag is the cluster's next pivot, not this one).
+            if self.local.current.pullspec.as_deref() == Some(self.image.to_string().as_str()) {
+                let current = self.local.current.clone();
+                return self.settle(current);
+            }
+            if !self.opts.check {
+                self.count_attempt()?;
+            }
+        }
+
+        if let Some(digest) = pinned.as_deref().filter(|_| !self.opts.check) {
+            if let Some(os) = self.downloaded(digest).await? {
+                tracing::info!(
+                    "{} was downloaded before (--download-only): deploying it without the registry",
+                    self.image
+                );
+                self.target.digest = os.digest.clone();
+                self.target.version = os.version.clone().unwrap_or_default();
+                return self.make_deployment(self.image.clone(), os, None).await;
+            }
+        }
+        let what = self.image.to_string();
+        self.opts.progress.step(Step::Pulling);
+        let (source, resolved) = source::open(&self.image, &self.opts.access)
+            .await
+            .with_context(|| format!("pulling {what}"))?;
+        let image = self.image.with_digest(&resolved.digest);
+        self.attempt.digest = Some(resolved.digest.clone());
+        self.target.digest = resolved.digest.clone();
+        let hit = [&resolved.digest, &resolved.manifest_digest]
+            .into_iter()
+            .find_map(|digest| self.local.at_target(Some(digest), None));
+        if let Some(hit) = hit {
+            return self.settle(hit.clone());
+        }
+        let config = source
+            .fetch_json_blob(&OsImage::config_descriptor(&resolved.manifest))
+            .await
+            .with_context(|| format!("pulling {what}: fetching the image config"))?;
+        let os = OsImage::new(&resolved, &config).with_context(|| format!("pulling {what}"))?;
+        if let Some(hit) = self.local.at_target(None, os.commit_label.as_deref()) {
+            return self.settle(hit.clone());
+        }
+        self.target.version = os.version.clone().unwrap_or_default();
+        self.target.commit = os.commit_label.clone().unwrap_or_default();
+        events::info(
+            events::STARTED,
+            &self.target,
+            &format!(
+                "pivoting to {} (version {})",
+                image.pinned_or_tagged(),
+                os.version.as_deref().unwrap_or("unknown")
+            ),
+        );
+
+        if self.opts.check {
+            return self.report_update(&image, &os).await;
+        }
+        self.make_deployment(image, os, Some(source)).await
+    }
+
+    /// Imports `os` (unless its commit is in the repo already) and deploys it, or with
+    /// `--download-only` keeps it for later.
+    async fn make_deployment(
+        &mut self,
+        image: ImageRef,
+        os: OsImage,
+        source: Option<source::Source>,
+    ) -> Result<Outcome> {
+        let digest = os.digest.clone();
+        let job = Job {
+            seen: deployment_ids(&self.local.deployments),
+            sysroot: self.opts.sysroot.clone(),
+            stateroot: self.local.stateroot.clone(),
+            pullspec: self.image.to_string(),
+            image,
+            os,
+            keep: self.opts.keep,
+            download_only: self.opts.download_only,
+            partial_downloads: self.opts.partial_downloads,
+            source,
+            runtime: Handle::current(),
+            progress: self.opts.progress.clone(),
+            kargs: self.kargs.clone(),
+            stored: Default::default(),
+        };
+        let done = tokio::task::spawn_blocking(move || job.run()).await??;
+        let Some((commit, deployed)) = done else {
+            // Another pivot deployed the target while this one waited for the lock.
+            return Ok(Outcome::Unchanged);
+        };
+        self.attempt.commit = Some(commit.clone());
+        self.target.commit = commit.clone();
+        let Some(deployed) = deployed else {
+            tracing::info!(
+                "downloaded {commit}; `pivot {}` deploys it, without the registry",
+                self.image.with_digest(&digest)
+            );
+            return Ok(Outcome::Downloaded);
+        };
+        events::info(
+            events::DEPLOYED,
+            &self.target,
+            &format!(
+                "{} deployment {commit}.{} of {}",
+                if deployed.staged { "staged" } else { "wrote" },
+                deployed.serial,
+                self.image
+            ),
+        );
+        if deployed.staged {
+            crate::node::reboot::mark_needed()?;
+        }
+        Ok(match deployed.staged {
+            true => Outcome::Staged,
+            false => Outcome::Deployed,
+        })
+    }
+
+    /// The image `digest` as an earlier `--download-only` left it: its commit complete in the
+    /// repo under [`downloaded_ref`].
+    async fn downloaded(&self, digest: &str) -> Result<Option<OsImage>> {
+        let (sysroot, digest) = (self.opts.sysroot.clone(), digest.to_string());
+        tokio::task::spawn_blocking(move || -> Result<Option<OsImage>> {
+            let repo = deployments::open_sysroot(&sysroot)?.repo();
+            for format in [Format::Legacy, Format::Native] {
+                let Some(commit) = repo
+                    .resolve_rev(&downloaded_ref(&digest, format), true)
+                    .context("reading the downloads' refs")?
+                else {
+                    continue;
+                };
+                if import::verify_complete(&repo, &commit).is_err() {
+                    continue;
+                }
+                return Ok(Some(OsImage {
+                    version: deployments::commit_version(&repo, &commit)?,
+                    digest,
+                    // The layers are not read again; the format gives the origin.
+                    format,
+                    commit_label: Some(commit.to_string()),
+                    base_commit: None,
+                    layers: Vec::new(),
+                    manifest_digest: String::new(),
+                    manifest_json: String::new(),
+                    config_json: String::new(),
+                }));
+            }
+            Ok(None)
+        })
+        .await?
+    }
+
+    /// `--check`: what a pivot to `os` would change, on stdout, from the manifest and config alone.
+    async fn report_update(&self, image: &ImageRef, os: &OsImage) -> Result<Outcome> {
+        let (sysroot, target) = (self.opts.sysroot.clone(), os.clone());
+        let (have, stored) = tokio::task::spawn_blocking(move || -> Result<(bool, Vec<bool>)> {
+            let repo = deployments::open_sysroot(&sysroot)?.repo();
+            let commit = target.commit_label.as_deref();
+            let have = commit.is_some_and(|c| import::verify_complete(&repo, c).is_ok());
+            let stored = (0..target.layers.len())
+                .map(|i| Ok(job::stored_layer(&repo, &target, i)?.is_some()))
+                .collect::<Result<_>>()?;
+            Ok((have, stored))
+        })
+        .await??;
+        let fetched: Vec<u64> = os
+            .layers
+            .iter()
+            .zip(&stored)
+            .filter(|(_, stored)| !have && !**stored)
+            .map(|(l, _)| l.descriptor.size.max(0) as u64)
+            .collect();
+        let bytes: u64 = fetched.iter().sum();
+        let current = &self.local.current;
+        println!("update available: {}", image.pinned_or_tagged());
+        println!(
+            "  version: {} (now {})",
+            os.version.as_deref().unwrap_or("unknown"),
+            current.version.as_deref().unwrap_or("unknown")
+        );
+        let commit = match (&os.commit_label, &os.base_commit) {
+            (Some(c), _) => c.clone(),
+            (None, Some(base)) => format!("made from {base} and the derived layers"),
+            (None, None) => "named by the image's repository".into(),
+        };
+        println!("  commit:  {commit} (now {})", current.checksum);
+        let reused = stored.iter().filter(|s| **s).count();
+        println!(
+            "  download: {} in {} layer(s){}",
+            crate::node::progress::human(bytes),
+            fetched.len(),
+            if have {
+                ", the commit is already in the repo".to_string()
+            } else if reused > 0 {
+                format!(", {reused} layer(s) already in the repo")
+            } else {
+                String::new()
+            }
+        );
+        Ok(Outcome::UpdateAvailable)
+    }
+
+    /// The target is already deployed as `hit`.
+    fn settle(&mut self, hit: DeploymentInfo) -> Result<Outcome> {
+        if !self.opts.karg_edits.is_empty() {
+            tracing::warn!("kernel argument edits apply to a new deployment, and none is made: the target is already deployed");
+        }
+        self.attempt.commit = Some(hit.checksum.clone());
+        self.target.commit = hit.checksum.clone();
+        if let Some(version) = &hit.version {
+            self.target.version = version.clone();
+        }
+        if self.target.digest.is_empty() {
+            self.target.digest = hit.image_digest().unwrap_or_default().to_string();
+        }
+        if self.local.is_current(&hit) {
+            events::info(
+                events::UNCHANGED,
+                &self.target,
+                &format!("already at target {}: nothing to do", self.image),
+            );
+            if self.source == Source::File && !self.opts.check {
+                self.confirm()?;
+                return Ok(Outcome::Confirmed);
+            }
+            return Ok(Outcome::Unchanged);
+        }
+        events::info(
+            events::UNCHANGED,
+            &self.target,
+            &format!(
+                "target {} is already deployed ({}); it takes effect at the next boot",
+                self.image,
+                if hit.staged { "staged" } else { "default" }
+            ),
+        );
+        self.reboot_pending = self.source == Source::File && self.local.booted;
+        Ok(Outcome::Unchanged)
+    }
+
+    /// The node runs the pullspec file's target: the file has done its job.
+    fn confirm(&mut self) -> Result<()> {
+        let path = self.local.etc.join(PULLSPEC_FILE);
+        match std::fs::remove_file(&path) {
+            Ok(()) => tracing::info!("removed {}: the node runs its target", path.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+        }
+        self.state.target = None;
+        self.state.attempts = 0;
+        Ok(())
+    }
+
+    /// Counts a pullspec-file run that starts without the node on its target.
+    fn count_attempt(&mut self) -> Result<()> {
+        if self.state.attempts >= MAX_ATTEMPTS {
+            let last = self
+                .state
+                .last
+                .as_ref()
+                .and_then(|a| a.error.clone())
+                .unwrap_or_else(|| "the node did not boot into it".into());
+            bail!(
+                "giving up on {} after {MAX_ATTEMPTS} attempts (last: {last}); run `pivot {}` by hand, or remove {} to try again",
+                self.image,
+                self.image,
+                self.state_file.path().display()
+            );
+        }
+        self.state.attempts += 1;
+        tracing::info!(
+            "pivot attempt {}/{MAX_ATTEMPTS} to {}",
+            self.state.attempts,
+            self.image
+        );
+        let mut snapshot = self.state.clone();
+        snapshot.last = Some(self.attempt.clone());
+        // Saved before any work, so a run that dies (or reboots) still counts. A run that
+        // cannot count itself may still deploy, but must not reboot (see `Report::unrecorded`).
+        if let Err(e) = self.state_file.save(&snapshot) {
+            tracing::warn!("could not record the attempt: {e:#}");
+            self.unrecorded = Some(format!("{e:#}"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,204 @@
+//! Deploying a commit through libostree: the sysroot lock, the merge deployment (whose /etc is
+//! merged three ways and whose kernel arguments are carried over by libostree), the origin, and
+//! staging (booted system: finalized at shutdown by ostree-finalize-staged) or writing the
+//! deployment directly (a sysroot that is not the booted one).
+
+use anyhow::{Context, Result};
+use ostree::{gio, glib};
+
+use crate::sysroot::deployments::{NATIVE_LAYOUT_TRANSPORT, NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME};
+use crate::fetch::image::Format;
+use crate::sysroot::kargs::{self, Edit};
+use crate::fetch::reference::ImageRef;
+
+/// Holds the sysroot lock for as long as it lives.
+pub struct SysrootLock<'s>(&'s ostree::Sysroot);
+
+impl<'s> SysrootLock<'s> {
+    pub fn acquire(sysroot: &'s ostree::Sysroot) -> Result<Self> {
+        if !sysroot.try_lock().context("locking the sysroot")? {
+            tracing::info!("another process holds the sysroot lock (rpm-ostree, ostree admin or pivot); waiting for it");
+            sysroot.lock().context("locking the sysroot")?;
+        }
+        Ok(SysrootLock(sysroot))
+    }
+}
+
+impl Drop for SysrootLock<'_> {
+    fn drop(&mut self) {
+        self.0.unlock();
+    }
+}
+
+/// What the origin file records about the image a deployment came from.
+pub struct OriginInfo<'a> {
+    pub commit: &'a str,
+    pub image: &'a ImageRef,
+    pub digest: &'a str,
+    pub version: Option<&'a str>,
+    /// The pullspec as the admin gave it (tag included), for people.
+    pub pullspec: &'a str,
+    pub format: Format,
+}
+
+/// The origin of the new deployment. For a legacy oscontainer: as rpm-ostree writes it for
+/// `rebase :<commit> --custom-origin-url …`, which is how openshift/pivot recorded pivots and how
+/// rpm-ostree-era tools read them back. For an ostree-native image: the
+/// `container-image-reference` bootc and rpm-ostree write and read for container deployments
+/// (for an OCI layout, its `oci:` or `oci-archive:` name, which cannot carry a digest). Either
+/// way with pivot's own `[pivot]` group (image with digest, pullspec and version label, for
+/// status).
+pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
+    let by_digest = format!("{}@{}", info.image.name(), info.digest);
+    if info.format == Format::Native {
+        let origin = glib::KeyFile::new();
+        let reference = native_reference(info.image, info.digest);
+        origin.set_string("origin", "container-image-reference", &reference);
+        pivot_group(&origin, info, &by_digest);
+        return origin;
+    }
+    let origin = sysroot.origin_new_from_refspec(info.commit);
+    origin.set_string(
+        "origin",
+        "custom-url",
+        &format!("{ORIGIN_SCHEME}{by_digest}"),
+    );
+    let description = match info.version {
+        Some(v) => format!("Managed by pivot: {} (version {v})", info.pullspec),
+        None => format!("Managed by pivot: {}", info.pullspec),
+    };
+    origin.set_string("origin", "custom-description", &description);
+    pivot_group(&origin, info, &by_digest);
+    origin
+}
+
+/// The `container-image-reference` of an ostree-native image's deployment: the registry image
+/// by digest, or an OCI layout by its path and tag (that transport cannot name a digest).
+pub fn native_reference(image: &ImageRef, digest: &str) -> String {
+    match image.layout_path() {
+        None => format!("{NATIVE_ORIGIN_TRANSPORT}{}@{digest}", image.name()),
+        Some(_) => format!("{NATIVE_LAYOUT_TRANSPORT}{}", image.with_digest_dropped()),
+    }
+}
+
+/// pivot's own group: the image by digest, the pullspec as given and the image's version label,
+/// for status.
+fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo, by_digest: &str) {
+    origin.set_string("pivot", "image", by_digest);
+    origin.set_string("pivot", "pullspec", info.pullspec);
+    if let Some(version) = info.version {
+        origin.set_string("pivot", "version", version);
+    }
+}
+
+pub struct Deployed {
+    pub serial: i32,
+    pub staged: bool,
+}
+
+/// Deploys `commit` on `stateroot`, merging from the booted deployment (or, on a sysroot that is
+/// not booted, the stateroot's default one), with the merge deployment's kernel arguments
+/// edited by `kargs`. The caller holds the lock.
+pub fn deploy(
+    sysroot: &ostree::Sysroot,
+    stateroot: &str,
+    commit: &str,
+    origin: &glib::KeyFile,
+    kargs: &[Edit],
+) -> Result<Deployed> {
+    let cancellable = gio::Cancellable::NONE;
+    let merge = sysroot.merge_deployment(Some(stateroot));
+    // Without edits libostree carries the merge deployment's arguments over by itself.
+    let argv: Option<Vec<String>> = (!kargs.is_empty()).then(|| {
+        let current = merge
+            .as_ref()
+            .and_then(|m| m.bootconfig())
+            .and_then(|b| b.get("options"))
+            .map(|o| o.to_string())
+            .unwrap_or_default();
+        kargs::apply(&current, kargs)
+    });
+    if let Some(argv) = &argv {
+        tracing::info!("kernel arguments of the new deployment: {}", argv.join(" "));
+    }
+    let argv_refs: Option<Vec<&str>> = argv
+        .as_ref()
+        .map(|a| a.iter().map(String::as_str).collect());
+    let opts = ostree::SysrootDeployTreeOpts {
+        override_kernel_argv: argv_refs.as_deref(),
+        ..Default::default()
+    };
+    let booted = sysroot.booted_deployment().is_some();
+    let new = if booted {
+        sysroot
+            .stage_tree_with_options(
+                Some(stateroot),
+                commit,
+                Some(origin),
+                merge.as_ref(),
+                &opts,
+                cancellable,
+            )
+            .context("staging the deployment")?
+    } else {
+        let new = sysroot
+            .deploy_tree_with_options(
+                Some(stateroot),
+                commit,
+                Some(origin),
+                merge.as_ref(),
+                Some(&opts),
+                cancellable,
+            )
+            .context("deploying the tree")?;
+        // Keeps the booted and merge deployments, so the previous one stays as rollback.
+        // libostree's cleanup would prune with every object name in memory: pivot prunes.
+        sysroot
+            .simple_write_deployment(
+                Some(stateroot),
+                &new,
+                merge.as_ref(),
+                ostree::SysrootSimpleWriteDeploymentFlags::NO_CLEAN,
+                cancellable,
+            )
+            .context("writing the boot entries")?;
+        clean_up(sysroot);
+        new
+    };
+    Ok(Deployed {
+        serial: new.deployserial(),
+        staged: booted,
+    })
+}
+
+/// After the boot entries are written, what libostree's cleanup does: removes the deployments
+/// and boot files no entry uses, then prunes the repo ([`crate::sysroot::prune`]). The deployment is in
+/// place by then, so a failure here is a warning, not a failed pivot.
+fn clean_up(sysroot: &ostree::Sysroot) {
+    let cleaned = sysroot
+        .prepare_cleanup(gio::Cancellable::NONE)
+        .context("removing unused deployments")
+        .and_then(|()| {
+            let repo = sysroot.repo();
+            let collected = crate::import::store::gc(sysroot, &repo).context("pruning the image store")?;
+            if !collected.images.is_empty() || collected.layers > 0 {
+                tracing::info!(
+                    "dropped the refs of {} images no deployment uses ({}) and of {} layers no image needs",
+                    collected.images.len(),
+                    collected.images.join(", "),
+                    collected.layers
+                );
+            }
+            crate::run::memory::release_freed();
+            crate::sysroot::prune::prune(sysroot, &repo).context("pruning the repo")
+        });
+    match cleaned {
+        Ok(pruned) if pruned.objects > 0 => tracing::info!(
+            "pruned {} objects ({:.1} MiB) that nothing uses any more",
+            pruned.objects,
+            pruned.bytes as f64 / (1 << 20) as f64
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("the deployment is written; cleaning up after it: {e:#}"),
+    }
+}

@@ -1,0 +1,215 @@
+//! A read-only view of a sysroot's deployments, as plain data: what status shows and what the
+//! already-at-target check compares against.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use ostree::gio::prelude::FileExt;
+use ostree::{gio, glib};
+
+use crate::import::store::ContainerCommit;
+
+/// The scheme of the origin's `custom-url`, as openshift/pivot wrote it.
+pub const ORIGIN_SCHEME: &str = "pivot://";
+/// The transport of an ostree-native deployment's `container-image-reference`, as bootc and
+/// rpm-ostree write it for an image pulled without signature verification.
+pub const NATIVE_ORIGIN_TRANSPORT: &str = "ostree-unverified-registry:";
+/// The same for an image of any containers transport (an `oci:` or `oci-archive:` layout).
+pub const NATIVE_LAYOUT_TRANSPORT: &str = "ostree-unverified-image:";
+
+/// A deployment as pivot works with it ([`crate::api::status::Deployment`] is what it publishes).
+#[derive(Debug, Clone)]
+pub struct DeploymentInfo {
+    pub stateroot: String,
+    pub checksum: String,
+    pub serial: i32,
+    /// The commit's `version` metadata, else the image's `version` label recorded at pivot time.
+    pub version: Option<String>,
+    /// `host/path@sha256:…` this deployment was pivoted from, if pivot (or openshift/pivot) made it;
+    /// for an ostree-native deployment (whoever made it), its image with the manifest digest.
+    pub image: Option<String>,
+    /// For an ostree-native deployment: the digest of the manifest its commit was made from
+    /// (`ostree.manifest-digest` of the merge commit, as bootc status shows it).
+    pub manifest_digest: Option<String>,
+    /// For an ostree-native deployment: when the image was made (its merge commit's time), in
+    /// seconds since the epoch.
+    pub timestamp: Option<u64>,
+    /// For an ostree-native deployment: the image's `ostree.commit`, the base of its merge commit.
+    pub base_commit: Option<String>,
+    /// The pullspec pivot deployed this from, as it was given (tag included).
+    pub pullspec: Option<String>,
+    pub booted: bool,
+    pub staged: bool,
+    /// First in boot order: what the bootloader starts next (a staged deployment, once finalized
+    /// at shutdown, goes before it).
+    pub default: bool,
+    /// The bootloader's next entry after the default one.
+    pub rollback: bool,
+    pub path: PathBuf,
+}
+
+impl DeploymentInfo {
+    /// The digest of the image this deployment came from: the origin's, else its commit's.
+    pub fn image_digest(&self) -> Option<&str> {
+        let origin = self.image.as_deref().and_then(|i| i.rsplit_once('@'));
+        origin.map(|(_, d)| d).or(self.manifest_digest.as_deref())
+    }
+
+    /// Whether this deployment came from the image `digest` (the pullspec's, or its platform
+    /// manifest's): as its origin names it, or as its merge commit records it.
+    pub fn has_digest(&self, digest: &str) -> bool {
+        let origin = self.image.as_deref().and_then(|i| i.rsplit_once('@'));
+        origin.is_some_and(|(_, d)| d == digest) || self.manifest_digest.as_deref() == Some(digest)
+    }
+
+    /// Whether this deployment is `commit`, or was made from it (the base of its merge commit).
+    pub fn has_commit(&self, commit: &str) -> bool {
+        self.checksum == commit || self.base_commit.as_deref() == Some(commit)
+    }
+}
+
+/// Opens and loads the sysroot at `path` (not locked: a read-only look).
+pub fn open_sysroot(path: &Path) -> Result<ostree::Sysroot> {
+    let sysroot = ostree::Sysroot::new(Some(&gio::File::for_path(path)));
+    sysroot
+        .load(gio::Cancellable::NONE)
+        .with_context(|| format!("loading the OSTree sysroot at {}", path.display()))?;
+    Ok(sysroot)
+}
+
+pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
+    let repo = sysroot.repo();
+    let booted = sysroot.booted_deployment();
+    let deployments = sysroot.deployments();
+    let default_idx = deployments.iter().position(|d| !d.is_staged());
+    let rollback_idx = default_idx.and_then(|i| {
+        deployments
+            .iter()
+            .enumerate()
+            .skip(i + 1)
+            .find(|(_, d)| !d.is_staged())
+            .map(|(j, _)| j)
+    });
+    deployments
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let checksum = d.csum().to_string();
+            let origin = d.origin();
+            let pullspec = origin
+                .as_ref()
+                .and_then(|o| o.string("pivot", "pullspec").ok())
+                .map(|p| p.to_string());
+            let label_version = origin
+                .as_ref()
+                .and_then(|o| o.string("pivot", "version").ok())
+                .map(|v| v.to_string());
+            let container = ContainerCommit::read(&repo, &checksum)?;
+            let manifest_digest = container.as_ref().map(|c| c.manifest_digest.clone());
+            let image = origin.as_ref().and_then(origin_image).or_else(|| {
+                // A native origin by tag (bootc switch, rpm-ostree rebase): the tag plus the
+                // digest its commit records.
+                let reference = origin
+                    .as_ref()?
+                    .string("origin", "container-image-reference")
+                    .ok()?;
+                let image = crate::import::store::image_of_origin(&reference)?;
+                let name = image.strip_prefix("docker://").unwrap_or(&image);
+                Some(format!("{name}@{}", manifest_digest.as_deref()?))
+            });
+            Ok(DeploymentInfo {
+                stateroot: d.osname().to_string(),
+                version: commit_version(&repo, &checksum)?.or(label_version),
+                pullspec,
+                image,
+                timestamp: container.as_ref().map(|c| c.timestamp),
+                base_commit: container
+                    .as_ref()
+                    .and_then(|c| c.label(crate::fetch::image::NATIVE_COMMIT_LABEL))
+                    .map(str::to_string),
+                manifest_digest,
+                serial: d.deployserial(),
+                booted: booted.as_ref().is_some_and(|b| b.equal(d)),
+                staged: d.is_staged(),
+                default: Some(i) == default_idx,
+                rollback: Some(i) == rollback_idx,
+                path: sysroot
+                    .path()
+                    .path()
+                    .unwrap_or_default()
+                    .join(sysroot.deployment_dirpath(d).as_str()),
+                checksum,
+            })
+        })
+        .collect()
+}
+
+/// The `version` key of a commit's metadata.
+pub fn commit_version(repo: &ostree::Repo, checksum: &str) -> Result<Option<String>> {
+    let Some(commit) = repo
+        .load_variant_if_exists(ostree::ObjectType::Commit, checksum)
+        .with_context(|| format!("loading commit {checksum}"))?
+    else {
+        return Ok(None);
+    };
+    let metadata = glib::VariantDict::new(Some(&commit.child_value(0)));
+    if let Some(version) = metadata.lookup::<String>("version").ok().flatten() {
+        return Ok(Some(version));
+    }
+    // An image's merge commit has no version of its own: its image config has.
+    Ok(ContainerCommit::read(repo, checksum)?.and_then(|c| c.version().map(str::to_string)))
+}
+
+/// `host/path@digest` (or `oci:/path@digest`) of the image a deployment came from: what pivot
+/// recorded, else openshift/pivot's `custom-url`, else the `container-image-reference` of an
+/// ostree-native deployment (made by bootc or rpm-ostree) when it names a registry image by
+/// digest.
+fn origin_image(origin: &glib::KeyFile) -> Option<String> {
+    if let Ok(image) = origin.string("pivot", "image") {
+        return Some(image.to_string());
+    }
+    if let Ok(url) = origin.string("origin", "custom-url") {
+        return url.strip_prefix(ORIGIN_SCHEME).map(str::to_string);
+    }
+    let reference = origin.string("origin", "container-image-reference").ok()?;
+    native_image(&reference)
+}
+
+/// The registry image of an ostree-rs-ext image reference (`<sigverify>:<transport>:<name>`),
+/// if it is pinned to a digest.
+fn native_image(reference: &str) -> Option<String> {
+    let image = crate::import::store::image_of_origin(reference)?;
+    let name = image.strip_prefix("docker://")?;
+    name.contains("@sha256:").then(|| name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_references_name_their_registry_image() {
+        let pinned = "quay.io/fedora/fedora-coreos@sha256:abc";
+        for reference in [
+            format!("ostree-unverified-registry:{pinned}"),
+            format!("ostree-unverified-image:docker://{pinned}"),
+            format!("ostree-image-signed:registry:{pinned}"),
+            format!("ostree-remote-registry:fedora:{pinned}"),
+            format!("ostree-remote-image:fedora:docker://{pinned}"),
+        ] {
+            assert_eq!(
+                native_image(&reference).as_deref(),
+                Some(pinned),
+                "{reference}"
+            );
+        }
+        assert_eq!(
+            native_image("ostree-unverified-registry:quay.io/x:latest"),
+            None
+        );
+        assert_eq!(
+            native_image("ostree-unverified-image:oci:/srv/x@sha256:abc"),
+            None
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! The sysroot: its [`deployments`] as plain data, [`kargs`] of the new deployment, free
+//! [`space`] checked before anything big is written, the deployment itself ([`deploy`]) and
+//! the [`prune`] after it.
+
+pub mod deploy;
+pub mod deployments;
+pub mod kargs;
+pub mod prune;
+pub mod space;
