@@ -7,7 +7,7 @@
 //! /var/cache/pivot-vm (or $PIVOT_VM_CACHE); a failed scenario keeps its console, journal and
 //! disk under target/tmp/pivot-vm/<scenario>.
 //!
-//! Knobs: PIVOT_VM_SKIP=1 skips the scenarios; PIVOT_VM_KEEP=1 keeps artefacts of passing ones;
+//! Knobs: PIVOT_VM_KEEP=1 keeps artefacts of passing ones;
 //! PIVOT_VM_ACCEL=tcg|kvm overrides the accelerator probe; PIVOT_VM_MIRROR overrides the Debian
 //! mirror read from apt's sources; PIVOT_VM_PIVOT puts another pivot build into the images.
 

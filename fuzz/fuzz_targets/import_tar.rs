@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use ostree::gio;
 use pivot::fetch::image::{Format, OsImage};
-use pivot::import::{remove_new_staging_dirs, staging_dirs, RepoImporter};
+use pivot::import::{remove_unheld_staging_dirs, RepoImporter};
 
 struct Scratch {
     _dir: tempfile::TempDir,
@@ -46,7 +46,6 @@ fuzz_target!(|data: &[u8]| {
         config_json: String::new(),
     };
     SCRATCH.with(|s| {
-        let before = staging_dirs(&s.tmp);
         s.repo
             .prepare_transaction(gio::Cancellable::NONE)
             .expect("preparing a transaction");
@@ -57,6 +56,6 @@ fuzz_target!(|data: &[u8]| {
         s.repo
             .abort_transaction(gio::Cancellable::NONE)
             .expect("aborting the transaction");
-        remove_new_staging_dirs(&s.tmp, &before);
+        remove_unheld_staging_dirs(&s.tmp);
     });
 });

@@ -20,11 +20,11 @@ use crate::api::status::PullspecSource;
 /// Attempts at one pullspec-file target before pivot stops trying (and stops rebooting).
 pub const MAX_ATTEMPTS: u32 = 3;
 
+/// The file's record of one stateroot; its fields mean what those of
+/// [`crate::api::status::PivotState`] and [`crate::api::status::Attempt`] say.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct State {
-    /// The pullspec from `/etc/pivot/image-pullspec` being pursued.
     pub target: Option<String>,
-    /// Runs for `target` that started without the node running it yet.
     pub attempts: u32,
     pub last: Option<Attempt>,
 }
@@ -33,7 +33,6 @@ pub struct State {
 pub struct Attempt {
     pub pullspec: String,
     pub source: PullspecSource,
-    /// Seconds since the Unix epoch.
     pub started: u64,
     pub outcome: Outcome,
     pub digest: Option<String>,

@@ -17,34 +17,25 @@ pub const NATIVE_ORIGIN_TRANSPORT: &str = "ostree-unverified-registry:";
 /// The same for an image of any containers transport (an `oci:` or `oci-archive:` layout).
 pub const NATIVE_LAYOUT_TRANSPORT: &str = "ostree-unverified-image:";
 
-/// A deployment as pivot works with it ([`crate::api::status::Deployment`] is what it publishes).
+/// A deployment as pivot works with it: the fields [`crate::api::status::Deployment`] publishes
+/// (documented there), and what pivot needs besides.
 #[derive(Debug, Clone)]
 pub struct DeploymentInfo {
     pub stateroot: String,
     pub checksum: String,
     pub serial: i32,
-    /// The commit's `version` metadata, else the image's `version` label recorded at pivot time.
     pub version: Option<String>,
-    /// `host/path@sha256:…` this deployment was pivoted from, if pivot (or openshift/pivot) made it;
-    /// for an ostree-native deployment (whoever made it), its image with the manifest digest.
     pub image: Option<String>,
-    /// For an ostree-native deployment: the digest of the manifest its commit was made from
-    /// (`ostree.manifest-digest` of the merge commit, as bootc status shows it).
     pub manifest_digest: Option<String>,
-    /// For an ostree-native deployment: when the image was made (its merge commit's time), in
-    /// seconds since the epoch.
     pub timestamp: Option<u64>,
+    pub booted: bool,
+    pub staged: bool,
+    pub default: bool,
+    pub rollback: bool,
     /// For an ostree-native deployment: the image's `ostree.commit`, the base of its merge commit.
     pub base_commit: Option<String>,
     /// The pullspec pivot deployed this from, as it was given (tag included).
     pub pullspec: Option<String>,
-    pub booted: bool,
-    pub staged: bool,
-    /// First in boot order: what the bootloader starts next (a staged deployment, once finalized
-    /// at shutdown, goes before it).
-    pub default: bool,
-    /// The bootloader's next entry after the default one.
-    pub rollback: bool,
     pub path: PathBuf,
 }
 

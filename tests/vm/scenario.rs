@@ -20,10 +20,6 @@ pub struct Scenario {
 
 /// Runs `body` as scenario `name`; panics with the failure report if it fails.
 pub fn run(name: &'static str, body: impl FnOnce(&Scenario) -> Result<()>) {
-    if std::env::var_os("PIVOT_VM_SKIP").is_some_and(|v| v != "0") {
-        println!("[vm] scenario {name}: skipped (PIVOT_VM_SKIP is set)");
-        return;
-    }
     hold_run_lock();
     // One scenario at a time even when the test harness runs tests in parallel: two emulated
     // guests on two cores would only make each other's boots slower than their timeouts assume.

@@ -191,7 +191,7 @@ impl RegistriesConf {
     }
 
     /// Whether `name` (`host[:port]/path`) is reached over plain HTTP when pulled from its primary.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "internal-testing-api"))]
     pub fn is_insecure(&self, image: &ImageRef) -> bool {
         self.sources(image)
             .ok()

@@ -14,8 +14,6 @@
 // unsafe: descriptors and locks set up for the pivot under test (libc).
 #![allow(unsafe_code)]
 
-mod common;
-
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -24,7 +22,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use pivot_testkit::{Fault, FaultProxy, ImageSpec, PushedImage, Tmpfs};
 
 /// Kills per run of the test, the last one late in the import.

@@ -2,12 +2,10 @@
 //! transient faults, resumed downloads. Every server is real and on loopback: docker-registry
 //! (htpasswd, TLS, token auth), a bearer-token server and a fault-injecting proxy.
 
-mod common;
-
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use pivot_testkit::{
     write_auth_json, CertKey, Fault, FaultProxy, ImageSpec, Registry, TestCa, TokenServer,
 };

@@ -4,12 +4,10 @@
 // unsafe: descriptors and locks set up for the pivot under test (libc).
 #![allow(unsafe_code)]
 
-mod common;
-
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use pivot::node::progress::human;
 use pivot_testkit::{ImageSpec, PushedImage, Tmpfs};
 

@@ -2,13 +2,11 @@
 //! --json`) and at the end of the `--progress-fd` stream, for every way a run can end; and a
 //! run that cannot record its attempt does not reboot.
 
-mod common;
-
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::*;
+use crate::common::*;
 
 const FD: i32 = 200;
 

@@ -2,13 +2,11 @@
 //! ostree-rs-ext's own encapsulation (`tests/ext-fixtures`, built here), pushed to the test
 //! registry by skopeo, and deployed by pivot into a throwaway sysroot.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use ostree::gio;
 use pivot_testkit::{
     encapsulate as encapsulate_with, ext_fixtures_tool, skopeo_push, Compression, RawImage,
@@ -366,7 +364,7 @@ fn manifest_layers(env: &Env, name: &str) -> usize {
     manifest["layers"].as_array().unwrap().len()
 }
 
-/// Benchmark (`cargo test --release --test native -- --ignored --nocapture`): the import of a
+/// Benchmark (`cargo test --release --test it native:: -- --ignored --nocapture`): the import of a
 /// chunked ostree-native image of about 100 MB, by pivot (`--download-only`: pull and import,
 /// no deployment) and by ostree-rs-ext's `ImageImporter` (what rpm-ostree and bootc run, through
 /// skopeo's image proxy), each into a fresh sysroot's repo, alternately.

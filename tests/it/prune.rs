@@ -3,11 +3,9 @@
 //! same reach (refs only, no parents) finds nothing left to delete, and `ostree fsck` finds
 //! nothing missing.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use pivot_testkit::ImageSpec;
 
 #[test]

@@ -2,12 +2,10 @@
 //! image by skopeo (an independent writer of both), deployed with the registry stopped, and
 //! verified like a registry's: a changed byte or a wrong size is refused and changes nothing.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use pivot_testkit::PushedImage;
 
 /// Copies `image` out of the registry with skopeo to `dest` (`oci:…` or `oci-archive:…`).

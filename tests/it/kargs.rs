@@ -1,9 +1,7 @@
 //! Kernel arguments of the new deployment: the merge deployment's, edited by
 //! /etc/pivot/kernel-args and --karg-append/--karg-delete, by whole token, in one deployment.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// The `options` line of the boot entry whose title names `version`.
 fn entry_options(env: &Env, version: &str) -> Vec<String> {

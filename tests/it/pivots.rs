@@ -1,8 +1,6 @@
 //! pivot against a real registry and real libostree sysroots: the paths that succeed.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pivot_testkit::{CommitLabel, Compression, ImageSpec, ManifestFormat};
 
 #[test]

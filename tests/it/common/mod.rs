@@ -1,7 +1,6 @@
 //! Shared set-up for pivot's integration tests: a real registry, a registries.conf that marks it
 //! insecure, and a throwaway sysroot with v1 deployed.
 
-#![allow(dead_code)]
 // unsafe: handing a descriptor to the pivot under test (dup2 between fork and exec).
 #![allow(unsafe_code)]
 

@@ -1,9 +1,7 @@
 //! `pivot --download-only`: pull and import, deploy nothing; the later pivot of that image by
 //! digest deploys it without the registry.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn download_only_deploys_nothing_and_the_digest_pivot_later_needs_no_registry() {

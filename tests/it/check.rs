@@ -1,9 +1,7 @@
 //! `pivot --check`: what a pivot would change, from the manifest and config alone; nothing is
 //! downloaded beyond them and nothing is written.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn check_reports_the_update_from_manifest_and_config_only_and_writes_nothing() {

@@ -3,11 +3,9 @@
 //! are built byte by byte (tests/testkit/src/raw.rs): a real os-v2 archive repo plus the hostile
 //! members, or manifests, configs and layers whose sizes lie.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use pivot_testkit::{
     Compression, Fault, FaultProxy, ImageSpec, PushedRaw, RawImage, RawKind, RawLayer, RawTar,
     RepoTar,

@@ -1,9 +1,7 @@
 //! `pivot confirm`, the next-boot check: it records whether the node runs what the last pivot
 //! deployed, says why not when it does not, and records each verdict once.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn last_attempt(env: &Env) -> serde_json::Value {
     env.status_json()["pivot"][STATEROOT]["last"].clone()

@@ -6,13 +6,11 @@
 //! ostree-rs-ext deployed (as `bootc switch` leaves it) is at target for pivot, and pivot's next
 //! pivot reuses its layers.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use ostree::gio;
 use pivot_testkit::{encapsulate, ext_fixtures_tool, ext_judge, skopeo_push, ImageSpec, Tree};
 use serde_json::{json, Value};

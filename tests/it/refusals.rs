@@ -1,9 +1,7 @@
 //! Bad input is refused with a clear error naming the problem, and the sysroot is left exactly
 //! as it was: same deployments, boot entries, refs, origins and repo objects.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pivot_testkit::{CommitLabel, ImageSpec};
 
 #[test]

@@ -1,0 +1,22 @@
+//! pivot's integration tests on this host: real registries, real libostree sysroots, real
+//! proxies and keys, one module per concern. They are one test binary, so the library and the
+//! test kit are linked once (docs/testing.md has the measurement); the QEMU suite
+//! (`tests/vm.rs`) stays its own binary, run alone. One module: `cargo test --test it crash::`.
+
+mod check;
+mod cli;
+mod common;
+mod confirm;
+mod crash;
+mod download_only;
+mod handover;
+mod hostile;
+mod kargs;
+mod native;
+mod network;
+mod offline;
+mod outcomes;
+mod pivots;
+mod prune;
+mod refusals;
+mod space;
