@@ -98,6 +98,14 @@ pub struct PivotArgs {
     /// instead of /etc/containers/certs.d/<host[:port]>/.
     #[arg(long, value_name = "DIR")]
     pub cert_dir: Option<PathBuf>,
+    /// Signature policy (containers-policy.json) images must satisfy before any layer is
+    /// fetched; default: /etc/containers/policy.json, and without it no signature is checked.
+    #[arg(long, value_name = "PATH")]
+    pub policy: Option<PathBuf>,
+    /// Directory of containers-registries.d *.yaml files naming where signatures are kept;
+    /// default: /etc/containers/registries.d.
+    #[arg(long = "registries.d", value_name = "DIR")]
+    pub registries_d: Option<PathBuf>,
     /// Verify registries' TLS certificates (--tls-verify=false turns it off, with a warning).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub tls_verify: bool,
@@ -258,6 +266,8 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             .collect(),
         check: args.check,
         download_only: args.download_only,
+        policy: args.policy,
+        registries_d: args.registries_d,
         progress,
         access: Access {
             auth: AuthFiles::new(args.authfile.as_deref()),

@@ -5,11 +5,13 @@
 //! 1. [`fetch`]: the pullspec, where the image comes from (a registry, as the admins' container
 //!    configuration says, or an OCI layout), its manifest and config, and layer bytes that are
 //!    verified as they arrive, retried and spooled for a killed run's successor.
-//! 2. [`import`]: the OSTree commit the layers carry, streamed into the sysroot's repo, and
+//! 2. [`trust`]: whether the image may be pulled at all: the signature policy admins write for
+//!    the containers tools, checked on the manifest digest before any layer is fetched.
+//! 3. [`import`]: the OSTree commit the layers carry, streamed into the sysroot's repo, and
 //!    ostree-rs-ext's container store (the refs and merge commit rpm-ostree and bootc read).
-//! 3. [`sysroot`]: deployments, kernel arguments, free space, the deployment itself and the
+//! 4. [`sysroot`]: deployments, kernel arguments, free space, the deployment itself and the
 //!    prune after it.
-//! 4. [`node`]: what the node records and tells: the state file, `pivot status`, the next-boot
+//! 5. [`node`]: what the node records and tells: the state file, `pivot status`, the next-boot
 //!    confirmation, journal events, progress, the reboot.
 //!
 //! [`run`] drives one pivot through the stages; [`cli`] is the command; [`api`] holds the
@@ -39,4 +41,4 @@ macro_rules! stages {
     };
 }
 
-stages!(fetch, import, sysroot, node, run);
+stages!(fetch, trust, import, sysroot, node, run);

@@ -65,6 +65,25 @@ pub struct Deployment {
     pub default: bool,
     /// The bootloader's next entry after the default one.
     pub rollback: bool,
+    /// How the image passed the signature policy, when the origin says.
+    pub verification: Option<Verification>,
+}
+
+/// How a deployment's image passed the signature policy, as its origin records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verification {
+    /// Signatures by trusted keys were verified (pivot's record, or an `ostree-image-signed:`
+    /// origin).
+    Signed,
+    /// The policy's scope accepts the image without a signature.
+    Accepted,
+    /// There was no policy file when pivot pulled it.
+    NoPolicy,
+    /// Pulled without signature verification (an `ostree-unverified-*` origin).
+    Unverified,
+    /// Verified by an OSTree remote's keys (an `ostree-remote-*` origin).
+    OstreeRemote,
 }
 
 /// Pivot's record for one stateroot.

@@ -35,6 +35,14 @@ pub async fn open(image: &ImageRef, access: &Access) -> Result<(Source, Resolved
 }
 
 impl Source {
+    /// The registry, for an image that comes from one.
+    pub fn registry(&self) -> Option<&Registry> {
+        match self {
+            Source::Registry(registry) => Some(registry),
+            Source::Layout(_) => None,
+        }
+    }
+
     /// A small JSON blob (the image config), checked against its descriptor.
     pub async fn fetch_json_blob(&self, desc: &OciDescriptor) -> Result<Vec<u8>> {
         match self {

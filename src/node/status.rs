@@ -49,6 +49,7 @@ fn deployment(d: &DeploymentInfo) -> Deployment {
         staged: d.staged,
         default: d.default,
         rollback: d.rollback,
+        verification: d.verification,
     }
 }
 
@@ -113,6 +114,10 @@ pub fn render(status: &Status) -> String {
         }
         if let Some(timestamp) = d.timestamp {
             field(&mut out, "Timestamp", &format_utc(timestamp));
+        }
+        if let Some(verification) = d.verification {
+            let text = serde_json::to_value(verification).unwrap_or_default();
+            field(&mut out, "Signature", text.as_str().unwrap_or_default());
         }
         field(&mut out, "Commit", &d.checksum);
         field(
@@ -218,6 +223,7 @@ mod golden {
             staged: false,
             default: false,
             rollback: false,
+            verification: None,
         }
     }
 

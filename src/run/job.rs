@@ -11,6 +11,7 @@ use ostree::gio::prelude::FileExt;
 use tokio::runtime::Handle;
 
 use crate::api::progress::Step;
+use crate::trust::Verified;
 
 use crate::sysroot::deploy::{self, Deployed, OriginInfo, SysrootLock};
 use crate::sysroot::deployments::{self, DeploymentInfo};
@@ -46,6 +47,9 @@ pub(crate) struct Job {
     /// Per layer, the commit under which the store holds it whole ([`stored_layer`]): looked
     /// up once, by the space check, and read by the layer imports.
     pub(crate) stored: std::sync::OnceLock<Vec<Option<String>>>,
+    /// How the signature policy accepted the image; None when this run did not check it (an
+    /// image an earlier `--download-only` run pulled and checked).
+    pub(crate) verified: Option<Verified>,
 }
 
 impl Job {
@@ -115,6 +119,7 @@ impl Job {
                 version: self.os.version.as_deref(),
                 pullspec: &self.pullspec,
                 format: self.os.format,
+                verified: self.verified.as_ref(),
             },
         );
         let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
@@ -168,7 +173,7 @@ impl Job {
     /// The image reference of the store (see [`crate::import::store`]): the one the deployment's
     /// origin names.
     fn store_image(&self) -> String {
-        let reference = deploy::native_reference(&self.image, &self.os.digest);
+        let reference = deploy::native_reference(&self.image, &self.os.digest, false);
         store::image_of_origin(&reference).expect("pivot's origins name a store image")
     }
 

@@ -34,6 +34,7 @@ use crate::fetch::registry::Access;
 use crate::fetch::source;
 use crate::api::progress::Step;
 use crate::api::status::PullspecSource as Source;
+use crate::trust::{Trust, Verified};
 use crate::node::state::{Attempt, State, StateFile, MAX_ATTEMPTS};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
@@ -54,6 +55,10 @@ pub struct Options {
     /// Pull and import, deploy nothing; the commit is kept for a later (offline) pivot.
     pub download_only: bool,
     pub access: Access,
+    /// `--policy`: containers-policy.json(5); None reads the containers tools' default.
+    pub policy: Option<PathBuf>,
+    /// `--registries.d`: containers-registries.d(5); None reads the default directory.
+    pub registries_d: Option<PathBuf>,
     pub progress: Progress,
 }
 
@@ -209,10 +214,12 @@ impl Run<'_> {
                 );
                 self.target.digest = os.digest.clone();
                 self.target.version = os.version.clone().unwrap_or_default();
-                return self.make_deployment(self.image.clone(), os, None).await;
+                return self.make_deployment(self.image.clone(), os, None, None).await;
             }
         }
         let what = self.image.to_string();
+        let trust = Trust::load(self.opts.policy.as_deref(), self.opts.registries_d.as_deref())
+            .context("reading the signature policy")?;
         self.opts.progress.step(Step::Pulling);
         let (source, resolved) = source::open(&self.image, &self.opts.access)
             .await
@@ -226,6 +233,15 @@ impl Run<'_> {
         if let Some(hit) = hit {
             return self.settle(hit.clone());
         }
+        // Before anything else of the image is fetched.
+        let verified = trust
+            .check(
+                &self.image,
+                &resolved.digest,
+                &self.opts.access.retry,
+                source.registry(),
+            )
+            .await?;
         let config = source
             .fetch_json_blob(&OsImage::config_descriptor(&resolved.manifest))
             .await
@@ -249,7 +265,8 @@ impl Run<'_> {
         if self.opts.check {
             return self.report_update(&image, &os).await;
         }
-        self.make_deployment(image, os, Some(source)).await
+        self.make_deployment(image, os, Some(source), Some(verified))
+            .await
     }
 
     /// Imports `os` (unless its commit is in the repo already) and deploys it, or with
@@ -259,6 +276,7 @@ impl Run<'_> {
         image: ImageRef,
         os: OsImage,
         source: Option<source::Source>,
+        verified: Option<Verified>,
     ) -> Result<Outcome> {
         let digest = os.digest.clone();
         let job = Job {
@@ -276,6 +294,7 @@ impl Run<'_> {
             progress: self.opts.progress.clone(),
             kargs: self.kargs.clone(),
             stored: Default::default(),
+            verified,
         };
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {

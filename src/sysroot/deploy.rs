@@ -6,7 +6,10 @@
 use anyhow::{Context, Result};
 use ostree::{gio, glib};
 
-use crate::sysroot::deployments::{NATIVE_LAYOUT_TRANSPORT, NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME};
+use crate::sysroot::deployments::{
+    NATIVE_LAYOUT_TRANSPORT, NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME, SIGNED_ORIGIN_TRANSPORT,
+};
+use crate::trust::Verified;
 use crate::fetch::image::Format;
 use crate::sysroot::kargs::{self, Edit};
 use crate::fetch::reference::ImageRef;
@@ -39,6 +42,8 @@ pub struct OriginInfo<'a> {
     /// The pullspec as the admin gave it (tag included), for people.
     pub pullspec: &'a str,
     pub format: Format,
+    /// How the signature policy accepted the image, when this run checked it.
+    pub verified: Option<&'a Verified>,
 }
 
 /// The origin of the new deployment. For a legacy oscontainer: as rpm-ostree writes it for
@@ -52,7 +57,8 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
     let by_digest = format!("{}@{}", info.image.name(), info.digest);
     if info.format == Format::Native {
         let origin = glib::KeyFile::new();
-        let reference = native_reference(info.image, info.digest);
+        let signed = matches!(info.verified, Some(Verified::Signed(_)));
+        let reference = native_reference(info.image, info.digest, signed);
         origin.set_string("origin", "container-image-reference", &reference);
         pivot_group(&origin, info, &by_digest);
         return origin;
@@ -73,11 +79,14 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
 }
 
 /// The `container-image-reference` of an ostree-native image's deployment: the registry image
-/// by digest, or an OCI layout by its path and tag (that transport cannot name a digest).
-pub fn native_reference(image: &ImageRef, digest: &str) -> String {
-    match image.layout_path() {
-        None => format!("{NATIVE_ORIGIN_TRANSPORT}{}@{digest}", image.name()),
-        Some(_) => format!("{NATIVE_LAYOUT_TRANSPORT}{}", image.with_digest_dropped()),
+/// by digest, or an OCI layout by its path and tag (that transport cannot name a digest). An
+/// image whose signature the policy required and pivot verified is `ostree-image-signed:`, as
+/// rpm-ostree writes it (and rpm-ostree and bootc then verify its updates by the same policy).
+pub fn native_reference(image: &ImageRef, digest: &str, signed: bool) -> String {
+    match (image.layout_path(), signed) {
+        (None, true) => format!("{SIGNED_ORIGIN_TRANSPORT}docker://{}@{digest}", image.name()),
+        (None, false) => format!("{NATIVE_ORIGIN_TRANSPORT}{}@{digest}", image.name()),
+        (Some(_), _) => format!("{NATIVE_LAYOUT_TRANSPORT}{}", image.with_digest_dropped()),
     }
 }
 
@@ -85,6 +94,12 @@ pub fn native_reference(image: &ImageRef, digest: &str) -> String {
 /// for status.
 fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo, by_digest: &str) {
     origin.set_string("pivot", "image", by_digest);
+    if let Some(verified) = info.verified {
+        origin.set_string("pivot", "verification", verified.as_str());
+        if let Verified::Signed(keys) = verified {
+            origin.set_string("pivot", "signed-by", &keys.join(" "));
+        }
+    }
     origin.set_string("pivot", "pullspec", info.pullspec);
     if let Some(version) = info.version {
         origin.set_string("pivot", "version", version);

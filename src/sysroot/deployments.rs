@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use ostree::gio::prelude::FileExt;
 use ostree::{gio, glib};
 
+use crate::api::status::Verification;
 use crate::import::store::ContainerCommit;
 
 /// The scheme of the origin's `custom-url`, as openshift/pivot wrote it.
@@ -14,6 +15,9 @@ pub const ORIGIN_SCHEME: &str = "pivot://";
 /// The transport of an ostree-native deployment's `container-image-reference`, as bootc and
 /// rpm-ostree write it for an image pulled without signature verification.
 pub const NATIVE_ORIGIN_TRANSPORT: &str = "ostree-unverified-registry:";
+/// The transport of a native deployment whose signature was verified by the containers
+/// policy, as rpm-ostree writes it (`ostree-image-signed:docker://…`).
+pub const SIGNED_ORIGIN_TRANSPORT: &str = "ostree-image-signed:";
 /// The same for an image of any containers transport (an `oci:` or `oci-archive:` layout).
 pub const NATIVE_LAYOUT_TRANSPORT: &str = "ostree-unverified-image:";
 
@@ -32,6 +36,7 @@ pub struct DeploymentInfo {
     pub staged: bool,
     pub default: bool,
     pub rollback: bool,
+    pub verification: Option<Verification>,
     /// For an ostree-native deployment: the image's `ostree.commit`, the base of its merge commit.
     pub base_commit: Option<String>,
     /// The pullspec pivot deployed this from, as it was given (tag included).
@@ -124,6 +129,7 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
                 staged: d.is_staged(),
                 default: Some(i) == default_idx,
                 rollback: Some(i) == rollback_idx,
+                verification: origin.as_ref().and_then(verification),
                 path: sysroot
                     .path()
                     .path()
@@ -164,6 +170,27 @@ fn origin_image(origin: &glib::KeyFile) -> Option<String> {
     }
     let reference = origin.string("origin", "container-image-reference").ok()?;
     native_image(&reference)
+}
+
+/// How the image of a deployment passed the signature policy: pivot's record, else what the
+/// signature source of an ostree-native origin says.
+fn verification(origin: &glib::KeyFile) -> Option<Verification> {
+    if let Ok(recorded) = origin.string("pivot", "verification") {
+        return match recorded.as_str() {
+            "signed" => Some(Verification::Signed),
+            "accepted" => Some(Verification::Accepted),
+            "no-policy" => Some(Verification::NoPolicy),
+            _ => None,
+        };
+    }
+    let reference = origin.string("origin", "container-image-reference").ok()?;
+    let (source, _) = reference.split_once(':')?;
+    match source {
+        "ostree-image-signed" => Some(Verification::Signed),
+        "ostree-unverified-registry" | "ostree-unverified-image" => Some(Verification::Unverified),
+        "ostree-remote-registry" | "ostree-remote-image" => Some(Verification::OstreeRemote),
+        _ => None,
+    }
 }
 
 /// The registry image of an ostree-rs-ext image reference (`<sigverify>:<transport>:<name>`),

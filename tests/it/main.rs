@@ -19,4 +19,5 @@ mod outcomes;
 mod pivots;
 mod prune;
 mod refusals;
+mod signatures;
 mod space;

@@ -27,6 +27,7 @@ use crate::fetch::config::registries::{RegistriesConf, Source};
 use crate::fetch::reference::ImageRef;
 use crate::fetch::retry::{self, RetryPolicy};
 
+mod attachments;
 mod insecure;
 pub(crate) mod manifest;
 mod token;

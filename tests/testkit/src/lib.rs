@@ -9,6 +9,7 @@
 
 mod auth;
 mod commit;
+mod cosign;
 mod ext_fixtures;
 mod fault;
 mod fault_proxy;
@@ -29,6 +30,7 @@ mod tree;
 
 pub use auth::{basic_auth, htpasswd_line, write_auth_json};
 pub use commit::{commit_tree, COMMIT_TIME};
+pub use cosign::{attach_signatures, cosign_payload, ec_key_pair, openssl_sign};
 pub use ext_fixtures::{encapsulate, ext_fixtures_tool, ext_judge, skopeo_push};
 pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
 pub use oscontainer::{

@@ -200,7 +200,7 @@ pub fn push_oscontainer(
 /// Pushes with the registry's credentials and CA. The kit holds no client
 /// certificate of its own, so a registry that demands one gets the push through
 /// a short-lived plain-HTTP registry serving the same storage.
-fn push_to(
+pub(crate) fn push_to(
     registry: &Registry,
     repository: &str,
     blobs: &[Vec<u8>],

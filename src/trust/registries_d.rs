@@ -1,0 +1,162 @@
+//! containers-registries.d(5): where an image's signatures are kept. Every `*.yaml` file of the
+//! directory is read (a scope defined twice is an error, as in the containers tools); per
+//! scope, `lookaside` (or its older name `sigstore`) is the URL of a signature store and
+//! `use-sigstore-attachments` says signatures are attached in the registry. The `-staging`
+//! keys are for writers and ignored. Scopes match like policy.json's docker scopes: the
+//! repository, its namespaces, the host, then `default-docker`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use crate::fetch::reference::ImageRef;
+
+pub const DEFAULT_DIR: &str = "/etc/containers/registries.d";
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct File {
+    #[serde(default)]
+    default_docker: Option<Storage>,
+    #[serde(default)]
+    docker: BTreeMap<String, Storage>,
+}
+
+/// Where the signatures of a scope are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Storage {
+    #[serde(default)]
+    pub lookaside: Option<String>,
+    #[serde(default)]
+    lookaside_staging: Option<String>,
+    /// The older name of `lookaside`.
+    #[serde(default)]
+    sigstore: Option<String>,
+    #[serde(default)]
+    sigstore_staging: Option<String>,
+    #[serde(default)]
+    pub use_sigstore_attachments: Option<bool>,
+}
+
+impl Storage {
+    /// The signature store's URL, by either of its names.
+    pub fn lookaside(&self) -> Option<&str> {
+        self.lookaside.as_deref().or(self.sigstore.as_deref())
+    }
+}
+
+/// The merged configuration of a registries.d directory.
+#[derive(Debug, Clone, Default)]
+pub struct RegistriesD {
+    default_docker: Option<Storage>,
+    docker: BTreeMap<String, Storage>,
+}
+
+impl RegistriesD {
+    /// Reads `dir`; a missing directory is an empty configuration.
+    pub fn load(dir: &Path) -> Result<RegistriesD> {
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+        };
+        files.sort();
+        let mut merged = RegistriesD::default();
+        for path in files {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            merged
+                .add(&text)
+                .with_context(|| format!("reading {}", path.display()))?;
+        }
+        Ok(merged)
+    }
+
+    /// Adds one file's configuration.
+    pub fn add(&mut self, text: &str) -> Result<()> {
+        let file: File = if text.trim().is_empty() {
+            File::default()
+        } else {
+            serde_yaml_ng::from_str(text)?
+        };
+        if let Some(storage) = file.default_docker {
+            if self.default_docker.is_some() {
+                bail!("default-docker is defined in more than one file");
+            }
+            self.default_docker = Some(storage);
+        }
+        for (scope, storage) in file.docker {
+            if self.docker.insert(scope.clone(), storage).is_some() {
+                bail!("docker scope {scope:?} is defined in more than one file");
+            }
+        }
+        Ok(())
+    }
+
+    /// The storage configured for `image` (a registry image): its most specific scope's, else
+    /// `default-docker`'s.
+    pub fn storage_for(&self, image: &ImageRef) -> Option<&Storage> {
+        let name = format!("{}/{}", image.registry, image.repository);
+        let mut scope = name.as_str();
+        loop {
+            if let Some(storage) = self.docker.get(scope) {
+                return Some(storage);
+            }
+            match scope.rsplit_once('/') {
+                Some((parent, _)) => scope = parent,
+                None => break,
+            }
+        }
+        let host = image.registry.split(':').next().unwrap_or_default();
+        let mut rest = host;
+        while let Some((_, parent)) = rest.split_once('.') {
+            if let Some(storage) = self.docker.get(&format!("*.{parent}")) {
+                return Some(storage);
+            }
+            rest = parent;
+        }
+        self.default_docker.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_merge_across_files_and_the_most_specific_wins() {
+        let mut conf = RegistriesD::default();
+        conf.add("default-docker:\n  lookaside: file:///var/lib/sigs\n")
+            .unwrap();
+        conf.add(
+            "docker:\n  quay.io/os:\n    lookaside: https://sigs.example.com/os\n  quay.io:\n    sigstore: https://old.example.com\n    use-sigstore-attachments: true\n",
+        )
+        .unwrap();
+        let lookaside = |s: &str| {
+            conf.storage_for(&ImageRef::parse(s).unwrap())
+                .and_then(|s| s.lookaside().map(str::to_string))
+        };
+        assert_eq!(
+            lookaside("quay.io/os/node:1").as_deref(),
+            Some("https://sigs.example.com/os")
+        );
+        assert_eq!(
+            lookaside("quay.io/other/node").as_deref(),
+            Some("https://old.example.com")
+        );
+        assert_eq!(
+            lookaside("reg.local:5000/x").as_deref(),
+            Some("file:///var/lib/sigs")
+        );
+        let twice = conf.add("docker:\n  quay.io/os:\n    lookaside: file:///x\n");
+        assert!(format!("{:#}", twice.unwrap_err()).contains("more than one file"));
+        let mut bad = RegistriesD::default();
+        assert!(bad.add("docker: [1, 2]\n").is_err());
+    }
+}

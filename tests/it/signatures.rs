@@ -1,0 +1,425 @@
+//! Signature policy: images are checked against containers-policy.json(5) with signatures found
+//! through containers-registries.d(5), before any layer is fetched. Keys are real `gpg` keys;
+//! signatures are made by `skopeo standalone-sign` (containers/image's own signer), kept in a
+//! lookaside directory and served over HTTP by `python3 -m http.server`. A refusal fetches no
+//! layer, leaves the sysroot as it was and is recorded as a failed attempt.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use crate::common::*;
+use pivot_testkit::{attach_signatures, cosign_payload, ec_key_pair, openssl_sign, PushedImage};
+
+/// A throwaway GnuPG home with one signing key.
+struct Signer {
+    home: tempfile::TempDir,
+    fingerprint: String,
+}
+
+impl Signer {
+    fn new(name: &str) -> Signer {
+        let home = tempfile::Builder::new()
+            .prefix("pivot-gpg-")
+            .tempdir()
+            .unwrap();
+        let signer = Signer {
+            home,
+            fingerprint: String::new(),
+        };
+        let out = signer
+            .gpg()
+            .args(["--batch", "--passphrase", "", "--quick-gen-key"])
+            .arg(format!("{name} <{name}@pivot.test>"))
+            .args(["rsa2048", "sign", "never"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "gpg key generation: {out:?}");
+        let out = signer
+            .gpg()
+            .args(["--batch", "--with-colons", "--list-secret-keys"])
+            .output()
+            .unwrap();
+        let listing = String::from_utf8_lossy(&out.stdout).to_string();
+        let fingerprint = listing
+            .lines()
+            .find_map(|l| l.strip_prefix("fpr:"))
+            .map(|l| l.trim_matches(':').to_string())
+            .expect("a fingerprint");
+        Signer {
+            fingerprint,
+            ..signer
+        }
+    }
+
+    fn gpg(&self) -> Command {
+        let mut cmd = Command::new("gpg");
+        cmd.env("GNUPGHOME", self.home.path());
+        cmd
+    }
+
+    /// The public key, exported as `gpg --export` writes it, into `path`.
+    fn export(&self, path: &Path, armor: bool) {
+        let mut cmd = self.gpg();
+        cmd.arg("--batch");
+        if armor {
+            cmd.arg("--armor");
+        }
+        let out = cmd.arg("--export").arg(&self.fingerprint).output().unwrap();
+        assert!(out.status.success() && !out.stdout.is_empty(), "{out:?}");
+        std::fs::write(path, out.stdout).unwrap();
+    }
+
+    /// A simple-signing signature of `image`'s manifest naming `identity`, by skopeo.
+    fn sign(&self, image: &PushedImage, identity: &str) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = dir.path().join("manifest.json");
+        let out = Command::new("skopeo")
+            .args(["inspect", "--raw", "--tls-verify=false"])
+            .arg(format!("docker://{}", image.by_digest))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "skopeo inspect: {out:?}");
+        std::fs::write(&manifest, &out.stdout).unwrap();
+        let signature = dir.path().join("signature");
+        let out = Command::new("skopeo")
+            .env("GNUPGHOME", self.home.path())
+            .arg("standalone-sign")
+            .arg(&manifest)
+            .arg(identity)
+            .arg(&self.fingerprint)
+            .arg("--output")
+            .arg(&signature)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "skopeo standalone-sign: {out:?}");
+        std::fs::read(signature).unwrap()
+    }
+}
+
+/// A lookaside store: signatures laid out as containers-registries.d(5) says.
+struct Lookaside {
+    dir: tempfile::TempDir,
+}
+
+impl Lookaside {
+    fn new() -> Lookaside {
+        Lookaside {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Stores `signatures` of `image` as signature-1, signature-2, ….
+    fn put(&self, image: &PushedImage, signatures: &[Vec<u8>]) {
+        let hex = image.digest.strip_prefix("sha256:").unwrap();
+        let dir = self
+            .dir
+            .path()
+            .join(format!("{}@sha256={hex}", image.repository));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, signature) in signatures.iter().enumerate() {
+            std::fs::write(dir.join(format!("signature-{}", i + 1)), signature).unwrap();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("file://{}", self.dir.path().display())
+    }
+}
+
+/// `python3 -m http.server` serving a directory on loopback.
+struct HttpServer {
+    child: Child,
+    port: u16,
+}
+
+impl HttpServer {
+    fn serve(dir: &Path) -> HttpServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1"])
+            .arg(port.to_string())
+            .arg("--directory")
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "http.server did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        HttpServer { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A policy and registries.d naming `lookaside` for the test registry, written under the
+/// environment's directory; the pivot arguments that name them.
+fn trust_args(env: &Env, name: &str, policy: &str, lookaside: &str) -> Vec<String> {
+    trust_files(env, name, policy, &format!("lookaside: {lookaside}"))
+}
+
+/// [`trust_args`] with `storage` as the registry's registries.d entry.
+fn trust_files(env: &Env, name: &str, policy: &str, storage: &str) -> Vec<String> {
+    let dir = env.dir().join(name);
+    let registries_d = dir.join("registries.d");
+    std::fs::create_dir_all(&registries_d).unwrap();
+    std::fs::write(dir.join("policy.json"), policy).unwrap();
+    std::fs::write(
+        registries_d.join("pivot.yaml"),
+        format!("docker:\n  {}:\n    {storage}\n", env.registry.host()),
+    )
+    .unwrap();
+    vec![
+        "--policy".into(),
+        dir.join("policy.json").display().to_string(),
+        "--registries.d".into(),
+        registries_d.display().to_string(),
+    ]
+}
+
+fn signed_by(key: &Path) -> String {
+    format!(
+        r#"{{"default": [{{"type": "reject"}}],
+            "transports": {{"docker": {{"": [{{"type": "signedBy", "keyType": "GPGKeys", "keyPath": "{}"}}]}}}}}}"#,
+        key.display()
+    )
+}
+
+fn layer_gets(env: &Env, image: &PushedImage) -> usize {
+    image
+        .layer_digests
+        .iter()
+        .map(|d| env.registry.count_requests("GET", d))
+        .sum()
+}
+
+fn with_args<'a>(trust: &'a [String], rest: &[&'a str]) -> Vec<&'a str> {
+    trust
+        .iter()
+        .map(String::as_str)
+        .chain(rest.iter().copied())
+        .collect()
+}
+
+#[test]
+fn an_image_signed_by_a_trusted_key_is_pivoted_by_tag_and_by_digest() {
+    let env = Env::new();
+    let image = env.push_v2();
+    let signer = Signer::new("release");
+    let key = env.dir().join("release.asc");
+    signer.export(&key, true);
+    let store = Lookaside::new();
+    store.put(&image, &[signer.sign(&image, &image.by_tag)]);
+    let server = HttpServer::serve(store.dir.path());
+    let trust = trust_args(&env, "http", &signed_by(&key), &server.url());
+
+    let out = env.pivot(&with_args(&trust, &[&image.by_tag]));
+    assert_success(&out);
+    assert_eq!(env.deployed_images()[0], image.commit);
+    let origin = origin_of(&env, &image.commit);
+    assert!(origin.contains("verification=signed"), "{origin}");
+    assert!(
+        origin.contains(&format!("signed-by={}", signer.fingerprint)),
+        "{origin}"
+    );
+    assert_eq!(
+        env.status_json()["deployments"][0]["verification"],
+        "signed"
+    );
+
+    // By digest, the signature naming the tag is accepted (matchRepoDigestOrExact), and a
+    // binary keyring read from a file store works as well as an armored one over HTTP.
+    env.undeploy(0);
+    let binary = env.dir().join("release.gpg");
+    signer.export(&binary, false);
+    let trust = trust_args(&env, "file", &signed_by(&binary), &store.url());
+    assert_success(&env.pivot(&with_args(&trust, &[&image.by_digest])));
+    assert_eq!(env.deployed_images()[0], image.commit);
+}
+
+#[test]
+fn unsigned_untrusted_tampered_and_misnamed_images_are_refused_before_any_layer() {
+    let env = Env::new();
+    let image = env.push_v2();
+    let trusted = Signer::new("release");
+    let stranger = Signer::new("stranger");
+    let key = env.dir().join("release.gpg");
+    trusted.export(&key, false);
+    let store = Lookaside::new();
+    let trust = trust_args(&env, "refusals", &signed_by(&key), &store.url());
+    let good = trusted.sign(&image, &image.by_tag);
+    let mut tampered = good.clone();
+    let middle = tampered.len() / 2;
+    tampered[middle] ^= 0x55;
+    let other_repo = format!("{}/pivot/other:v2", env.registry.host());
+    // (case, the signatures in the store, what the refusal says)
+    type Case<'a> = (&'a str, Vec<Vec<u8>>, &'a [&'a str]);
+    let cases: Vec<Case> = vec![
+        ("unsigned", vec![], &["no signature of", "signedBy"]),
+        (
+            "untrusted key",
+            vec![stranger.sign(&image, &image.by_tag)],
+            &["a key the policy does not trust"],
+        ),
+        ("tampered", vec![tampered], &["does not verify"]),
+        (
+            "identity mismatch",
+            vec![trusted.sign(&image, &other_repo)],
+            &["the signature is for", "pivot/other:v2"],
+        ),
+    ];
+    for (case, signatures, needles) in cases {
+        store.put(&image, &signatures);
+        let mut needles = needles.to_vec();
+        needles.push("is refused by the signature policy");
+        assert_refused(&env, &with_args(&trust, &[&image.by_tag]), &needles);
+        assert_eq!(layer_gets(&env, &image), 0, "{case}: a layer was fetched");
+        let last = &env.status_json()["pivot"][STATEROOT]["last"];
+        assert_eq!(last["outcome"], "failed", "{case}");
+    }
+
+    // `reject` as the default, whatever is signed.
+    store.put(&image, &[good]);
+    let reject = trust_args(
+        &env,
+        "reject",
+        r#"{"default": [{"type": "reject"}]}"#,
+        &store.url(),
+    );
+    assert_refused(
+        &env,
+        &with_args(&reject, &[&image.by_tag]),
+        &["\"default\"", "reject", "rejects this scope"],
+    );
+    assert_eq!(layer_gets(&env, &image), 0);
+}
+
+#[test]
+fn an_insecure_accept_anything_scope_admits_an_unsigned_image_the_default_rejects() {
+    let env = Env::new();
+    let image = env.push_v2();
+    let policy = format!(
+        r#"{{"default": [{{"type": "reject"}}],
+            "transports": {{"docker": {{"{}/pivot": [{{"type": "insecureAcceptAnything"}}]}}}}}}"#,
+        env.registry.host()
+    );
+    let store = Lookaside::new();
+    let trust = trust_args(&env, "accept", &policy, &store.url());
+    assert_success(&env.pivot(&with_args(&trust, &[&image.by_tag])));
+    assert_eq!(env.deployed_images()[0], image.commit);
+    assert!(origin_of(&env, &image.commit).contains("verification=accepted"));
+}
+
+#[test]
+fn a_named_policy_that_is_missing_or_malformed_is_refused_in_one_line() {
+    let env = Env::new();
+    let image = env.push_v2();
+    let missing = PathBuf::from("/nonexistent/policy.json");
+    assert_refused(
+        &env,
+        &["--policy", missing.to_str().unwrap(), &image.by_tag],
+        &["reading the signature policy", "/nonexistent/policy.json"],
+    );
+    let bad = env.dir().join("bad-policy.json");
+    std::fs::write(
+        &bad,
+        r#"{"default": [{"type": "signedBy", "keyType": "GPGKeys"}]}"#,
+    )
+    .unwrap();
+    assert_refused(
+        &env,
+        &["--policy", bad.to_str().unwrap(), &image.by_tag],
+        &["bad-policy.json", "exactly one of keyPath"],
+    );
+    assert_eq!(layer_gets(&env, &image), 0);
+}
+
+fn sigstore_signed(key: &Path) -> String {
+    format!(
+        r#"{{"default": [{{"type": "reject"}}],
+            "transports": {{"docker": {{"": [{{"type": "sigstoreSigned", "keyPath": "{}"}}]}}}}}}"#,
+        key.display()
+    )
+}
+
+#[test]
+fn a_sigstore_signature_attached_in_the_registry_is_verified_with_the_policys_key() {
+    let env = Env::new();
+    let image = env.push_v2();
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = ec_key_pair(keys.path(), "cosign").unwrap();
+    let (stranger, _) = ec_key_pair(keys.path(), "stranger").unwrap();
+    let payload = cosign_payload(&image.by_tag, &image.digest);
+    let attach = |signatures: &[(Vec<u8>, Vec<u8>)]| {
+        attach_signatures(&env.registry, &image.repository, &image.digest, signatures).unwrap()
+    };
+    let trust = trust_files(
+        &env,
+        "sigstore",
+        &sigstore_signed(&public),
+        "use-sigstore-attachments: true",
+    );
+
+    // None attached yet; then one by another key; then one for another image.
+    assert_refused(
+        &env,
+        &with_args(&trust, &[&image.by_tag]),
+        &["sigstoreSigned", "no signature of"],
+    );
+    attach(&[(payload.clone(), openssl_sign(&stranger, &payload).unwrap())]);
+    assert_refused(
+        &env,
+        &with_args(&trust, &[&image.by_tag]),
+        &["does not verify with any key the policy trusts"],
+    );
+    let other = cosign_payload(
+        &format!("{}/pivot/other:v2", env.registry.host()),
+        &image.digest,
+    );
+    attach(&[(other.clone(), openssl_sign(&private, &other).unwrap())]);
+    assert_refused(
+        &env,
+        &with_args(&trust, &[&image.by_tag]),
+        &["the signature is for", "pivot/other:v2"],
+    );
+    // Attachments are read only where registries.d says so.
+    attach(&[(payload.clone(), openssl_sign(&private, &payload).unwrap())]);
+    let unset = trust_args(
+        &env,
+        "unset",
+        &sigstore_signed(&public),
+        "file:///nonexistent",
+    );
+    assert_refused(
+        &env,
+        &with_args(&unset, &[&image.by_tag]),
+        &["does not set use-sigstore-attachments"],
+    );
+    assert_eq!(layer_gets(&env, &image), 0, "a refusal fetched a layer");
+
+    assert_success(&env.pivot(&with_args(&trust, &[&image.by_tag])));
+    assert_eq!(env.deployed_images()[0], image.commit);
+    let origin = origin_of(&env, &image.commit);
+    assert!(origin.contains("verification=signed"), "{origin}");
+    assert!(origin.contains("signed-by=sha256:"), "{origin}");
+}

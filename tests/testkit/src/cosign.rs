@@ -1,0 +1,124 @@
+//! Sigstore signatures attached in the registry the way cosign attaches them (and
+//! containers/image reads them with `use-sigstore-attachments`): an OCI manifest tagged
+//! `sha256-<hex>.sig` in the image's repository, one layer per signature whose blob is the
+//! payload and whose `dev.cosignproject.cosign/signature` annotation is the base64 signature.
+//! Debian's skopeo cannot sign this way, so the kit writes the format; the signatures themselves
+//! are made by the `openssl` command, with keys it generates.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{ensure, Context, Result};
+use base64::Engine;
+
+use crate::oscontainer::push_to;
+use crate::push::{sha256_digest, ManifestUpload};
+use crate::Registry;
+
+const PAYLOAD_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+
+/// cosign's payload for `reference` (the identity) and manifest `digest`.
+pub fn cosign_payload(reference: &str, digest: &str) -> Vec<u8> {
+    serde_json::json!({
+        "critical": {
+            "identity": {"docker-reference": reference},
+            "image": {"docker-manifest-digest": digest},
+            "type": "cosign container image signature"
+        },
+        "optional": null
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// A P-256 key pair made by `openssl` in `dir`: (private key PEM path, public key PEM path).
+pub fn ec_key_pair(dir: &Path, name: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    let out = Command::new("openssl")
+        .args([
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+        ])
+        .arg(&private)
+        .output()
+        .context("running openssl ecparam")?;
+    ensure!(out.status.success(), "openssl ecparam: {out:?}");
+    let out = Command::new("openssl")
+        .args(["ec", "-pubout", "-in"])
+        .arg(&private)
+        .arg("-out")
+        .arg(&public)
+        .output()
+        .context("running openssl ec")?;
+    ensure!(out.status.success(), "openssl ec: {out:?}");
+    Ok((private, public))
+}
+
+/// The DER ECDSA signature of `payload` by the key at `private`, made by `openssl dgst`.
+pub fn openssl_sign(private: &Path, payload: &[u8]) -> Result<Vec<u8>> {
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("payload");
+    std::fs::write(&input, payload)?;
+    let out = Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign"])
+        .arg(private)
+        .arg(&input)
+        .output()
+        .context("running openssl dgst")?;
+    ensure!(out.status.success(), "openssl dgst: {out:?}");
+    Ok(out.stdout)
+}
+
+/// Attaches `signatures` (payload, DER signature) to the manifest `digest` of `repository`.
+pub fn attach_signatures(
+    registry: &Registry,
+    repository: &str,
+    digest: &str,
+    signatures: &[(Vec<u8>, Vec<u8>)],
+) -> Result<()> {
+    let config =
+        br#"{"architecture":"","os":"","config":{},"rootfs":{"type":"layers","diff_ids":[]}}"#
+            .to_vec();
+    let layers: Vec<serde_json::Value> = signatures
+        .iter()
+        .map(|(payload, signature)| {
+            serde_json::json!({
+                "mediaType": PAYLOAD_TYPE,
+                "size": payload.len(),
+                "digest": sha256_digest(payload),
+                "annotations": {
+                    SIGNATURE_ANNOTATION: base64::engine::general_purpose::STANDARD.encode(signature)
+                }
+            })
+        })
+        .collect();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "size": config.len(),
+            "digest": sha256_digest(&config)
+        },
+        "layers": layers
+    });
+    let mut blobs = vec![config];
+    blobs.extend(signatures.iter().map(|(payload, _)| payload.clone()));
+    let tag = format!("{}.sig", digest.replace(':', "-"));
+    push_to(
+        registry,
+        repository,
+        &blobs,
+        &[ManifestUpload {
+            tag: Some(tag),
+            body: serde_json::to_vec(&manifest)?,
+            media_type: "application/vnd.oci.image.manifest.v1+json",
+        }],
+    )
+}
