@@ -139,6 +139,16 @@ fn start_with(
     })
 }
 
+/// Boot 1 of a node whose first-boot pivot is expected to fail: it runs v1; pivot's journal.
+fn first_boot_refused(m: &mut Machine, images: &Images) -> Result<(vm::machine::Boot, String)> {
+    m.expected_failures = vec!["pivot.service"];
+    let boot = m.wait_boot(m.scaled(100))?;
+    m.base_checks()?;
+    assert_running(m, &images.commits.v1, V1_RELEASE)?;
+    let journal = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+    Ok((boot, journal))
+}
+
 fn one<'d>(
     list: &'d [Deployment],
     what: &str,
@@ -760,12 +770,7 @@ fn bad_image() {
         let edits = EtcEdits::default().file(PULLSPEC_FILE, &format!("{}\n", guest(&corrupt)));
         let qcow2 = disk(s, images, edits)?;
         let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
-        m.expected_failures = vec!["pivot.service"];
-
-        let boot1 = m.wait_boot(m.scaled(100))?;
-        m.base_checks()?;
-        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
-        let journal = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        let (boot1, journal) = first_boot_refused(&mut m, images)?;
         ensure!(
             journal.contains("digest mismatch") && journal.contains(&corrupt.layer_digests[0]),
             "the journal does not name the corrupted layer:\n{journal}"
@@ -876,6 +881,96 @@ fn hard_reset_mid_pivot() {
         let disk = SavedDisk::open(&qcow2, &s.dir)?;
         assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
         assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
+        Ok(())
+    });
+}
+
+/// The node's /etc/containers/policy.json requires a cosign signature for the registry: the
+/// first-boot pivot of the image before it is signed is refused (no layer fetched, no reboot,
+/// kubelet on v1); once the signature is attached, the next boot pivots and runs v2.
+#[test]
+fn signed_first_boot() {
+    scenario::run("signed-first-boot", |s| {
+        let keys = tempfile::tempdir()?;
+        let (private, public) = pivot_testkit::ec_key_pair(keys.path(), "cosign")?;
+        let public_pem = std::fs::read_to_string(&public)?;
+        let registry_host = vm::qemu::GUEST_REGISTRY;
+        let policy = format!(
+            r#"{{"default": [{{"type": "insecureAcceptAnything"}}],
+  "transports": {{"docker": {{"{registry_host}": [
+    {{"type": "sigstoreSigned", "keyPath": "/etc/pki/pivot-test/cosign.pub"}}]}}}}}}
+"#
+        );
+        let Start {
+            images,
+            registry,
+            v2,
+            qcow2: _,
+            mut m,
+        } = start(s, |v2| {
+            EtcEdits::default()
+                .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
+                .file("containers/policy.json", &policy)
+                .file(
+                    "containers/registries.d/pivot-test.yaml",
+                    &format!("docker:\n  {registry_host}:\n    use-sigstore-attachments: true\n"),
+                )
+                .file("pki/pivot-test/cosign.pub", &public_pem)
+        })?;
+        // Boot 1: not signed yet.
+        let (boot1, journal) = first_boot_refused(&mut m, images)?;
+        ensure!(
+            journal.contains("is refused by the signature policy")
+                && journal.contains("sigstoreSigned")
+                && journal.contains("no signature of"),
+            "pivot's refusal does not explain itself:\n{journal}"
+        );
+        ensure!(
+            registry.count_requests("GET", "/blobs/") == 0,
+            "the refused image's blobs were fetched:\n{}",
+            registry.log()
+        );
+        m.sh(
+            "test ! -e /run/pivot/reboot-needed && test -z \"$(systemctl list-jobs --no-legend)\"",
+        )
+        .context("a refused pivot must not lead to a reboot")?;
+        ensure!(
+            m.boot().id == boot1.id,
+            "the node rebooted after the refusal"
+        );
+        let status = facts::guest_status(&mut m)?;
+        let state = facts::pivot_state(&status, STATEROOT);
+        ensure!(
+            state["last"]["outcome"] == "failed",
+            "pivot status: {state}"
+        );
+
+        // Signed (as the guest names the image), the next boot pivots and reboots into v2.
+        let payload = pivot_testkit::cosign_payload(&v2.guest_by_tag(), &v2.digest);
+        let signature = pivot_testkit::openssl_sign(&private, &payload)?;
+        pivot_testkit::attach_signatures(
+            &registry,
+            &v2.repository,
+            &v2.digest,
+            &[(payload, signature)],
+        )?;
+        m.reboot(m.scaled(150))?;
+        m.wait_boot(m.scaled(400))
+            .context("waiting for pivot's reboot into the signed v2")?;
+        m.expected_failures.clear();
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+        let status = facts::guest_status(&mut m)?;
+        let booted = status["deployments"]
+            .as_array()
+            .and_then(|l| l.iter().find(|d| d["booted"] == true))
+            .cloned()
+            .unwrap_or_default();
+        ensure!(
+            booted["verification"] == "signed",
+            "the booted deployment's verification: {booted}"
+        );
+        m.poweroff()?;
         Ok(())
     });
 }
