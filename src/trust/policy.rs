@@ -197,32 +197,40 @@ fn candidate_scopes(image: &ImageRef) -> Vec<String> {
             if let Some(tag) = &image.tag {
                 scopes.push(format!("{name}:{tag}"));
             }
-            let mut scope = name.as_str();
-            scopes.push(scope.to_string());
-            while let Some((parent, _)) = scope.rsplit_once('/') {
-                scopes.push(parent.to_string());
-                scope = parent;
-            }
-            // *.example.com for host a.example.com, then *.com; the port is not part of them.
-            let host = image.registry.split(':').next().unwrap_or_default();
-            let mut rest = host;
-            while let Some((_, parent)) = rest.split_once('.') {
-                scopes.push(format!("*.{parent}"));
-                rest = parent;
-            }
+            scopes.extend(repository_scopes(image));
         }
         Transport::OciDir | Transport::OciArchive => {
             let path = image.repository.trim_end_matches('/');
             if let Some(tag) = &image.tag {
                 scopes.push(format!("{path}:{tag}"));
             }
-            let mut scope = path;
-            scopes.push(scope.to_string());
-            while let Some((parent, _)) = scope.rsplit_once('/') {
-                scopes.push(if parent.is_empty() { "/".into() } else { parent.to_string() });
-                scope = parent;
-            }
+            scopes.extend(path_and_parents(path));
         }
+    }
+    scopes
+}
+
+/// The scopes of a registry image's repository, most specific first: `host/ns/repo`, each
+/// enclosing namespace, the host, then `*.domain` wildcards (`*.example.com` for
+/// `a.example.com`, then `*.com`; the port is not part of them). containers-registries.d(5)
+/// matches its `docker` scopes the same way.
+pub(crate) fn repository_scopes(image: &ImageRef) -> Vec<String> {
+    let mut scopes = path_and_parents(&format!("{}/{}", image.registry, image.repository));
+    let mut rest = image.registry.split(':').next().unwrap_or_default();
+    while let Some((_, parent)) = rest.split_once('.') {
+        scopes.push(format!("*.{parent}"));
+        rest = parent;
+    }
+    scopes
+}
+
+/// `path`, then each path that encloses it (`/` for an absolute path's root).
+fn path_and_parents(path: &str) -> Vec<String> {
+    let mut scopes = vec![path.to_string()];
+    let mut scope = path;
+    while let Some((parent, _)) = scope.rsplit_once('/') {
+        scopes.push(if parent.is_empty() { "/".into() } else { parent.to_string() });
+        scope = parent;
     }
     scopes
 }

@@ -3,7 +3,7 @@
 //! scope, `lookaside` (or its older name `sigstore`) is the URL of a signature store and
 //! `use-sigstore-attachments` says signatures are attached in the registry. The `-staging`
 //! keys are for writers and ignored. Scopes match like policy.json's docker scopes: the
-//! repository, its namespaces, the host, then `default-docker`.
+//! repository, its namespaces, the host, `*.domain` wildcards, then `default-docker`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
+use super::policy::repository_scopes;
 use crate::fetch::reference::ImageRef;
 
 pub const DEFAULT_DIR: &str = "/etc/containers/registries.d";
@@ -102,26 +103,10 @@ impl RegistriesD {
     /// The storage configured for `image` (a registry image): its most specific scope's, else
     /// `default-docker`'s.
     pub fn storage_for(&self, image: &ImageRef) -> Option<&Storage> {
-        let name = format!("{}/{}", image.registry, image.repository);
-        let mut scope = name.as_str();
-        loop {
-            if let Some(storage) = self.docker.get(scope) {
-                return Some(storage);
-            }
-            match scope.rsplit_once('/') {
-                Some((parent, _)) => scope = parent,
-                None => break,
-            }
-        }
-        let host = image.registry.split(':').next().unwrap_or_default();
-        let mut rest = host;
-        while let Some((_, parent)) = rest.split_once('.') {
-            if let Some(storage) = self.docker.get(&format!("*.{parent}")) {
-                return Some(storage);
-            }
-            rest = parent;
-        }
-        self.default_docker.as_ref()
+        repository_scopes(image)
+            .iter()
+            .find_map(|scope| self.docker.get(scope))
+            .or(self.default_docker.as_ref())
     }
 }
 
