@@ -86,6 +86,21 @@ pub enum Verification {
     OstreeRemote,
 }
 
+impl Verification {
+    /// The value as the JSON document spells it (and pivot's origins record it).
+    pub fn name(self) -> String {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(name)) => name,
+            _ => unreachable!("a unit variant serializes to a string"),
+        }
+    }
+
+    /// The value `name` spells, if it is one.
+    pub fn from_name(name: &str) -> Option<Verification> {
+        serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+    }
+}
+
 /// Pivot's record for one stateroot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PivotState {
@@ -121,4 +136,19 @@ pub enum PullspecSource {
     File,
     /// The command line.
     Argument,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Verification::{self, *};
+
+    #[test]
+    fn verification_names_read_back_and_are_the_documents_spelling() {
+        for v in [Signed, Accepted, NoPolicy, Unverified, OstreeRemote] {
+            assert_eq!(Verification::from_name(&v.name()), Some(v));
+        }
+        assert_eq!(NoPolicy.name(), "no-policy");
+        assert_eq!(OstreeRemote.name(), "ostree-remote");
+        assert_eq!(Verification::from_name("trusted"), None);
+    }
 }

@@ -116,8 +116,7 @@ pub fn render(status: &Status) -> String {
             field(&mut out, "Timestamp", &format_utc(timestamp));
         }
         if let Some(verification) = d.verification {
-            let text = serde_json::to_value(verification).unwrap_or_default();
-            field(&mut out, "Signature", text.as_str().unwrap_or_default());
+            field(&mut out, "Signature", &verification.name());
         }
         field(&mut out, "Commit", &d.checksum);
         field(

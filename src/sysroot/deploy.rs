@@ -95,7 +95,7 @@ pub fn native_reference(image: &ImageRef, digest: &str, signed: bool) -> String 
 fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo, by_digest: &str) {
     origin.set_string("pivot", "image", by_digest);
     if let Some(verified) = info.verified {
-        origin.set_string("pivot", "verification", verified.as_str());
+        origin.set_string("pivot", "verification", &verified.verification().name());
         if let Verified::Signed(keys) = verified {
             origin.set_string("pivot", "signed-by", &keys.join(" "));
         }

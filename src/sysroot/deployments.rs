@@ -176,12 +176,7 @@ fn origin_image(origin: &glib::KeyFile) -> Option<String> {
 /// signature source of an ostree-native origin says.
 fn verification(origin: &glib::KeyFile) -> Option<Verification> {
     if let Ok(recorded) = origin.string("pivot", "verification") {
-        return match recorded.as_str() {
-            "signed" => Some(Verification::Signed),
-            "accepted" => Some(Verification::Accepted),
-            "no-policy" => Some(Verification::NoPolicy),
-            _ => None,
-        };
+        return Verification::from_name(&recorded);
     }
     let reference = origin.string("origin", "container-image-reference").ok()?;
     let (source, _) = reference.split_once(':')?;

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use base64::Engine;
 
+use crate::api::status::Verification;
 use crate::fetch::reference::{ImageRef, Transport};
 use crate::fetch::retry::RetryPolicy;
 use identity::SignedIdentity;
@@ -52,12 +53,12 @@ pub enum Verified {
 }
 
 impl Verified {
-    /// The name origins and `pivot status` give it.
-    pub fn as_str(&self) -> &'static str {
+    /// What origins record and `pivot status` shows of it.
+    pub fn verification(&self) -> Verification {
         match self {
-            Verified::NoPolicy => "no-policy",
-            Verified::Accepted => "accepted",
-            Verified::Signed(_) => "signed",
+            Verified::NoPolicy => Verification::NoPolicy,
+            Verified::Accepted => Verification::Accepted,
+            Verified::Signed(_) => Verification::Signed,
         }
     }
 }
