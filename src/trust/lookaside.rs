@@ -10,12 +10,11 @@ use anyhow::{bail, ensure, Context, Result};
 use oci_client::errors::OciDistributionError;
 
 use crate::fetch::reference::ImageRef;
+use super::MAX_SIGNATURES;
 use crate::fetch::retry::{self, RetryPolicy};
 
 /// A signature is a few hundred bytes; a store that sends more is refused.
 const MAX_SIGNATURE: u64 = 4 << 20;
-/// More signatures than any image has: a store that never says "missing" is refused.
-const MAX_SIGNATURES: usize = 64;
 
 /// The signatures of `image`'s manifest `digest` in the store at `base`.
 pub async fn signatures(

@@ -34,6 +34,10 @@ use crate::fetch::registry::Registry;
 use sigstore::PublicKeys;
 use simple_signing::{Failure, Keyring, COSIGN_TYPE, SIMPLE_SIGNING_TYPE};
 
+/// More signatures than any image has: a lookaside store that never says "missing", or an
+/// attachment with more layers, is refused.
+const MAX_SIGNATURES: usize = 64;
+
 /// The policy and signature stores pivot checks images against.
 #[derive(Debug, Clone)]
 pub struct Trust {

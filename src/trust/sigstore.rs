@@ -16,13 +16,12 @@ use openssl::nid::Nid;
 use openssl::pkey::{Id, PKey, Public};
 use openssl::sign::Verifier;
 
+use super::MAX_SIGNATURES;
 use crate::fetch::image::to_oci;
 use crate::fetch::registry::Registry;
 
 const PAYLOAD_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
-/// More signatures than an image carries: an attachment with more is refused.
-const MAX_SIGNATURES: usize = 64;
 
 /// One attached signature.
 pub struct Attached {
