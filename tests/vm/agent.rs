@@ -7,7 +7,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -32,9 +31,8 @@ pub struct Output {
 }
 
 impl Agent {
-    pub fn connect(socket: &Path) -> Result<Agent> {
-        let stream = UnixStream::connect(socket)
-            .with_context(|| format!("connecting to the agent socket {}", socket.display()))?;
+    /// Serves the channel over `stream`, the host's connected end of the agent socket.
+    pub fn new(stream: UnixStream) -> Result<Agent> {
         let reader = BufReader::new(stream.try_clone()?);
         let (tx, events) = mpsc::channel();
         // Reads for as long as QEMU keeps the socket open, across guest reboots.

@@ -41,8 +41,8 @@ impl Machine {
     pub fn start(dir: &Path, disk: &Path, registry_port: u16) -> Result<Machine> {
         let accel = Accel::get();
         let paths = Paths::new(dir);
-        let qemu = Qemu::start(disk, &paths, registry_port, accel)?;
-        let agent = Agent::connect(&paths.agent)?;
+        let (qemu, stream) = Qemu::start(disk, &paths, registry_port, accel)?;
+        let agent = Agent::new(stream)?;
         Ok(Machine {
             qemu,
             agent,

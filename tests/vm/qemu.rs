@@ -10,6 +10,8 @@
 #![allow(unsafe_code)]
 
 use std::fs;
+use std::io::ErrorKind;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -160,7 +162,13 @@ pub struct Qemu {
 
 impl Qemu {
     /// `registry_port`: the host's 127.0.0.1 port behind [`GUEST_REGISTRY`].
-    pub fn start(disk: &Path, paths: &Paths, registry_port: u16, accel: Accel) -> Result<Qemu> {
+    /// Returns once QEMU listens on the agent socket, with the host's end of it.
+    pub fn start(
+        disk: &Path,
+        paths: &Paths,
+        registry_port: u16,
+        accel: Accel,
+    ) -> Result<(Qemu, UnixStream)> {
         let _ = fs::remove_file(&paths.agent);
         let port = registry_port;
         let (host, guest_port) = GUEST_REGISTRY.split_once(':').unwrap();
@@ -208,9 +216,20 @@ impl Qemu {
         die_with_parent(&mut cmd);
         let child = cmd.spawn().context("starting qemu-system-x86_64")?;
         let mut qemu = Qemu { child };
-        // The agent socket appears once QEMU has parsed its arguments.
+        // QEMU binds the agent socket, then listens on it, once it has parsed its arguments: a
+        // connect between the two is refused, so connecting is the only reliable test of ready.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !paths.agent.exists() {
+        loop {
+            match UnixStream::connect(&paths.agent) {
+                Ok(stream) => return Ok((qemu, stream)),
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {}
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("connecting to the agent socket {}", paths.agent.display())
+                    })
+                }
+            }
             if let Some(status) = qemu.child.try_wait()? {
                 bail!(
                     "QEMU exited at start ({status}): {}",
@@ -218,11 +237,13 @@ impl Qemu {
                 );
             }
             if Instant::now() > deadline {
-                bail!("QEMU did not create {} within 20 s", paths.agent.display());
+                bail!(
+                    "QEMU did not listen on {} within 20 s",
+                    paths.agent.display()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(qemu)
     }
 
     /// The exit status, if QEMU has exited.
