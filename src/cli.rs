@@ -106,6 +106,10 @@ pub struct PivotArgs {
     /// default: /etc/containers/registries.d.
     #[arg(long = "registries.d", value_name = "DIR")]
     pub registries_d: Option<PathBuf>,
+    /// The image's OSTree commit must be signed by a key of this OSTree remote of the sysroot's
+    /// repo (its gpg-verify keys, or sign-verify ed25519 keys), checked before it is deployed.
+    #[arg(long, value_name = "NAME")]
+    pub ostree_remote: Option<String>,
     /// Verify registries' TLS certificates (--tls-verify=false turns it off, with a warning).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub tls_verify: bool,
@@ -268,6 +272,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         download_only: args.download_only,
         policy: args.policy,
         registries_d: args.registries_d,
+        ostree_remote: args.ostree_remote,
         progress,
         access: Access {
             auth: AuthFiles::new(args.authfile.as_deref()),

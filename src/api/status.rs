@@ -67,6 +67,9 @@ pub struct Deployment {
     pub rollback: bool,
     /// How the image passed the signature policy, when the origin says.
     pub verification: Option<Verification>,
+    /// The OSTree remote whose keys verified the deployment's commit (pivot's `--ostree-remote`,
+    /// or the remote an `ostree-remote-*` origin names).
+    pub ostree_remote: Option<String>,
 }
 
 /// How a deployment's image passed the signature policy, as its origin records it.

@@ -8,7 +8,9 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::api::status::{self, Attempt, Deployment, PullspecSource, PivotState, Status};
+use crate::api::status::{
+    self, Attempt, Deployment, PivotState, PullspecSource, Status, Verification,
+};
 use crate::api::API_VERSION;
 use crate::node::state::{self as state_file, StateFile, MAX_ATTEMPTS};
 use crate::sysroot::deployments::{self, DeploymentInfo};
@@ -50,6 +52,7 @@ fn deployment(d: &DeploymentInfo) -> Deployment {
         default: d.default,
         rollback: d.rollback,
         verification: d.verification,
+        ostree_remote: d.ostree_remote.clone(),
     }
 }
 
@@ -115,8 +118,12 @@ pub fn render(status: &Status) -> String {
         if let Some(timestamp) = d.timestamp {
             field(&mut out, "Timestamp", &format_utc(timestamp));
         }
-        if let Some(verification) = d.verification {
-            field(&mut out, "Signature", &verification.name());
+        match (d.verification, &d.ostree_remote) {
+            (Some(Verification::OstreeRemote), Some(remote)) => {
+                field(&mut out, "Signature", &format!("ostree-remote ({remote})"))
+            }
+            (Some(verification), _) => field(&mut out, "Signature", &verification.name()),
+            (None, _) => {}
         }
         field(&mut out, "Commit", &d.checksum);
         field(
@@ -223,6 +230,7 @@ mod golden {
             default: false,
             rollback: false,
             verification: None,
+            ostree_remote: None,
         }
     }
 
@@ -234,10 +242,13 @@ mod golden {
         v3.manifest_digest = Some(format!("sha256:{}", "e".repeat(64)));
         v3.timestamp = Some(1_795_000_000);
         v3.staged = true;
+        v3.verification = Some(Verification::OstreeRemote);
+        v3.ostree_remote = Some("rhcos".into());
         let mut v2 = deployment(0, "2", None);
         v2.image = Some(format!("quay.io/os/node@sha256:{}", "b".repeat(64)));
         v2.booted = true;
         v2.default = true;
+        v2.verification = Some(Verification::Signed);
         let mut v1 = deployment(1, "1", None);
         v1.rollback = true;
         let last = Attempt {

@@ -13,7 +13,8 @@ use tokio::runtime::Handle;
 use crate::api::progress::Step;
 use crate::trust::Verified;
 
-use crate::sysroot::deploy::{self, Deployed, OriginInfo, SysrootLock};
+use crate::sysroot::deploy::{self, Deployed, OriginInfo, OriginSignature, SysrootLock};
+use crate::trust::ostree_remote;
 use crate::sysroot::deployments::{self, DeploymentInfo};
 use crate::fetch::image::{Compression, Format, Layer, OsImage};
 
@@ -50,6 +51,8 @@ pub(crate) struct Job {
     /// How the signature policy accepted the image; None when this run did not check it (an
     /// image an earlier `--download-only` run pulled and checked).
     pub(crate) verified: Option<Verified>,
+    /// `--ostree-remote`: the OSTree remote whose keys must have signed the image's commit.
+    pub(crate) ostree_remote: Option<String>,
 }
 
 impl Job {
@@ -86,8 +89,14 @@ impl Job {
             bail!("the deployments changed while waiting for the sysroot lock; run pivot again");
         }
         let repo = sysroot.repo();
+        if let Some(remote) = &self.ostree_remote {
+            ostree_remote::check_remote(&repo, remote)?;
+        }
         let commit = match self.present(&repo)? {
-            Some(commit) => commit,
+            Some(commit) => {
+                self.verify_present(&repo, &commit)?;
+                commit
+            }
             None => {
                 let spooling = self.check_space(&repo)?;
                 self.import(&repo, spooling)
@@ -120,6 +129,7 @@ impl Job {
                 pullspec: &self.pullspec,
                 format: self.os.format,
                 verified: self.verified.as_ref(),
+                ostree_remote: self.ostree_remote.as_deref(),
             },
         );
         let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
@@ -170,10 +180,34 @@ impl Job {
         Ok(Some(merge))
     }
 
+    /// With `--ostree-remote`, verifies the signed commit of an image the repo had already:
+    /// `commit` itself for a legacy image, the image's own commit (the base of `commit`, its
+    /// merge commit) for an ostree-native one.
+    fn verify_present(&self, repo: &ostree::Repo, commit: &str) -> Result<()> {
+        let Some(remote) = &self.ostree_remote else {
+            return Ok(());
+        };
+        let signed = match self.os.format {
+            Format::Legacy => Some(commit.to_string()),
+            Format::Native => match &self.os.commit_label {
+                Some(label) => Some(label.clone()),
+                None => {
+                    let first = store::layer_ref(&self.os.layers[0].descriptor.digest)?;
+                    repo.resolve_rev(&first, true)?.map(|c| c.to_string())
+                }
+            },
+        };
+        let signed = signed.with_context(|| {
+            format!("--ostree-remote {remote}: the repo does not say which commit {} carries", self.pullspec)
+        })?;
+        ostree_remote::verify_commit(repo, remote, &signed)
+    }
+
     /// The image reference of the store (see [`crate::import::store`]): the one the deployment's
     /// origin names.
     fn store_image(&self) -> String {
-        let reference = deploy::native_reference(&self.image, &self.os.digest, false);
+        let reference =
+            deploy::native_reference(&self.image, &self.os.digest, OriginSignature::Unverified);
         store::image_of_origin(&reference).expect("pivot's origins name a store image")
     }
 
@@ -297,6 +331,10 @@ impl Job {
         }
         let (written, skipped) = importer.counts();
         let finished = importer.finish(&self.os)?;
+        // Before anything of the image is committed: a refused commit leaves nothing behind.
+        if let Some(remote) = &self.ostree_remote {
+            ostree_remote::verify_commit(repo, remote, &finished.commit)?;
+        }
         let mut commits = vec![finished.commit.clone()];
         if self.os.format == Format::Native {
             let derived = finished.derived.as_ref();

@@ -59,6 +59,8 @@ pub struct Options {
     pub policy: Option<PathBuf>,
     /// `--registries.d`: containers-registries.d(5); None reads the default directory.
     pub registries_d: Option<PathBuf>,
+    /// `--ostree-remote`: the image's OSTree commit must be signed by this remote's keys.
+    pub ostree_remote: Option<String>,
     pub progress: Progress,
 }
 
@@ -295,6 +297,7 @@ impl Run<'_> {
             kargs: self.kargs.clone(),
             stored: Default::default(),
             verified,
+            ostree_remote: self.opts.ostree_remote.clone(),
         };
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {

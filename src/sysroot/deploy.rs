@@ -7,8 +7,10 @@ use anyhow::{Context, Result};
 use ostree::{gio, glib};
 
 use crate::sysroot::deployments::{
-    NATIVE_LAYOUT_TRANSPORT, NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME, SIGNED_ORIGIN_TRANSPORT,
+    NATIVE_LAYOUT_TRANSPORT, NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME, REMOTE_ORIGIN_TRANSPORT,
+    SIGNED_ORIGIN_TRANSPORT,
 };
+use crate::api::status::Verification;
 use crate::trust::Verified;
 use crate::fetch::image::Format;
 use crate::sysroot::kargs::{self, Edit};
@@ -44,6 +46,8 @@ pub struct OriginInfo<'a> {
     pub format: Format,
     /// How the signature policy accepted the image, when this run checked it.
     pub verified: Option<&'a Verified>,
+    /// The OSTree remote whose keys verified the commit (`--ostree-remote`).
+    pub ostree_remote: Option<&'a str>,
 }
 
 /// The origin of the new deployment. For a legacy oscontainer: as rpm-ostree writes it for
@@ -57,8 +61,12 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
     let by_digest = format!("{}@{}", info.image.name(), info.digest);
     if info.format == Format::Native {
         let origin = glib::KeyFile::new();
-        let signed = matches!(info.verified, Some(Verified::Signed(_)));
-        let reference = native_reference(info.image, info.digest, signed);
+        let signature = match (info.ostree_remote, info.verified) {
+            (Some(remote), _) => OriginSignature::Remote(remote),
+            (None, Some(Verified::Signed(_))) => OriginSignature::Signed,
+            (None, _) => OriginSignature::Unverified,
+        };
+        let reference = native_reference(info.image, info.digest, signature);
         origin.set_string("origin", "container-image-reference", &reference);
         pivot_group(&origin, info, &by_digest);
         return origin;
@@ -78,14 +86,39 @@ pub fn origin(sysroot: &ostree::Sysroot, info: &OriginInfo) -> glib::KeyFile {
     origin
 }
 
+/// How an ostree-native origin asks the tools that update the node (rpm-ostree, bootc) to
+/// verify what they pull, as ostree-rs-ext names its signature sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OriginSignature<'a> {
+    /// `ostree-unverified-registry:` / `ostree-unverified-image:`.
+    Unverified,
+    /// `ostree-image-signed:`: by the containers policy.
+    Signed,
+    /// `ostree-remote-image:<remote>:`: the commit, by an OSTree remote's keys.
+    Remote(&'a str),
+}
+
 /// The `container-image-reference` of an ostree-native image's deployment: the registry image
 /// by digest, or an OCI layout by its path and tag (that transport cannot name a digest). An
 /// image whose signature the policy required and pivot verified is `ostree-image-signed:`, as
-/// rpm-ostree writes it (and rpm-ostree and bootc then verify its updates by the same policy).
-pub fn native_reference(image: &ImageRef, digest: &str, signed: bool) -> String {
-    match (image.layout_path(), signed) {
-        (None, true) => format!("{SIGNED_ORIGIN_TRANSPORT}docker://{}@{digest}", image.name()),
-        (None, false) => format!("{NATIVE_ORIGIN_TRANSPORT}{}@{digest}", image.name()),
+/// rpm-ostree writes it (and rpm-ostree and bootc then verify its updates by the same policy);
+/// one whose commit an OSTree remote verified is `ostree-remote-image:<remote>:`, which also
+/// holds for layouts and is the one kept when both were checked (the admin named the remote).
+pub fn native_reference(image: &ImageRef, digest: &str, signature: OriginSignature) -> String {
+    match (image.layout_path(), signature) {
+        (None, OriginSignature::Remote(remote)) => {
+            format!("{REMOTE_ORIGIN_TRANSPORT}{remote}:docker://{}@{digest}", image.name())
+        }
+        (Some(_), OriginSignature::Remote(remote)) => format!(
+            "{REMOTE_ORIGIN_TRANSPORT}{remote}:{}",
+            image.with_digest_dropped()
+        ),
+        (None, OriginSignature::Signed) => {
+            format!("{SIGNED_ORIGIN_TRANSPORT}docker://{}@{digest}", image.name())
+        }
+        (None, OriginSignature::Unverified) => {
+            format!("{NATIVE_ORIGIN_TRANSPORT}{}@{digest}", image.name())
+        }
         (Some(_), _) => format!("{NATIVE_LAYOUT_TRANSPORT}{}", image.with_digest_dropped()),
     }
 }
@@ -99,6 +132,12 @@ fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo, by_digest: &str) {
         if let Verified::Signed(keys) = verified {
             origin.set_string("pivot", "signed-by", &keys.join(" "));
         }
+    }
+    // The commit's own signature says more than the policy's verdict on the container.
+    if let Some(remote) = info.ostree_remote {
+        let name = Verification::OstreeRemote.name();
+        origin.set_string("pivot", "verification", &name);
+        origin.set_string("pivot", "ostree-remote", remote);
     }
     origin.set_string("pivot", "pullspec", info.pullspec);
     if let Some(version) = info.version {

@@ -20,6 +20,9 @@ pub const NATIVE_ORIGIN_TRANSPORT: &str = "ostree-unverified-registry:";
 pub const SIGNED_ORIGIN_TRANSPORT: &str = "ostree-image-signed:";
 /// The same for an image of any containers transport (an `oci:` or `oci-archive:` layout).
 pub const NATIVE_LAYOUT_TRANSPORT: &str = "ostree-unverified-image:";
+/// The origin's signature source for an image whose commit an OSTree remote's keys verified,
+/// followed by `<remote>:<transport>:<name>`.
+pub const REMOTE_ORIGIN_TRANSPORT: &str = "ostree-remote-image:";
 
 /// A deployment as pivot works with it: the fields [`crate::api::status::Deployment`] publishes
 /// (documented there), and what pivot needs besides.
@@ -37,6 +40,8 @@ pub struct DeploymentInfo {
     pub default: bool,
     pub rollback: bool,
     pub verification: Option<Verification>,
+    /// The OSTree remote whose keys verified the commit, when the origin names one.
+    pub ostree_remote: Option<String>,
     /// For an ostree-native deployment: the image's `ostree.commit`, the base of its merge commit.
     pub base_commit: Option<String>,
     /// The pullspec pivot deployed this from, as it was given (tag included).
@@ -130,6 +135,7 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
                 default: Some(i) == default_idx,
                 rollback: Some(i) == rollback_idx,
                 verification: origin.as_ref().and_then(verification),
+                ostree_remote: origin.as_ref().and_then(ostree_remote),
                 path: sysroot
                     .path()
                     .path()
@@ -188,6 +194,22 @@ fn verification(origin: &glib::KeyFile) -> Option<Verification> {
     }
 }
 
+/// The OSTree remote that verified a deployment's commit: pivot's record, else the remote of an
+/// `ostree-remote-*` origin (`ostree-remote-image:<remote>:<transport>:<name>`).
+fn ostree_remote(origin: &glib::KeyFile) -> Option<String> {
+    if let Ok(remote) = origin.string("pivot", "ostree-remote") {
+        return Some(remote.to_string());
+    }
+    let reference = origin.string("origin", "container-image-reference").ok()?;
+    let (source, rest) = reference.split_once(':')?;
+    match source {
+        "ostree-remote-registry" | "ostree-remote-image" => {
+            Some(rest.split_once(':')?.0.to_string())
+        }
+        _ => None,
+    }
+}
+
 /// The registry image of an ostree-rs-ext image reference (`<sigverify>:<transport>:<name>`),
 /// if it is pinned to a digest.
 fn native_image(reference: &str) -> Option<String> {
@@ -224,5 +246,21 @@ mod tests {
             native_image("ostree-unverified-image:oci:/srv/x@sha256:abc"),
             None
         );
+    }
+
+    #[test]
+    fn the_remote_that_verified_a_deployment_is_read_from_pivots_record_or_the_origin() {
+        let origin = |text: &str| {
+            let file = glib::KeyFile::new();
+            file.load_from_data(text, glib::KeyFileFlags::NONE).unwrap();
+            ostree_remote(&file)
+        };
+        let image = "docker://quay.io/fedora/fedora-coreos@sha256:abc";
+        let reference = |source: &str| format!("[origin]\ncontainer-image-reference={source}:{image}\n");
+        assert_eq!(origin(&reference("ostree-remote-image:fedora")).as_deref(), Some("fedora"));
+        assert_eq!(origin(&reference("ostree-image-signed")), None);
+        assert_eq!(origin(&reference("ostree-unverified-image")), None);
+        let recorded = format!("{}[pivot]\nostree-remote=rhcos\n", reference("ostree-remote-image:fedora"));
+        assert_eq!(origin(&recorded).as_deref(), Some("rhcos"));
     }
 }

@@ -6,7 +6,9 @@
 //! - [`lookaside`]: fetching them;
 //! - [`simple_signing`]: verifying GPG "simple signing" signatures and reading their payload;
 //! - [`sigstore`]: key-based sigstore (cosign) signatures attached in the registry;
-//! - [`identity`]: whether the identity a signature claims fits the image pulled.
+//! - [`identity`]: whether the identity a signature claims fits the image pulled;
+//! - [`ostree_remote`]: OSTree commit signatures by an OSTree remote's keys (`--ostree-remote`),
+//!   checked on the commit once it is imported, before it is committed or deployed.
 //!
 //! The decision is made on the manifest digest the registry served (the top-level one, as the
 //! containers tools do): a signature vouches for that digest, and every byte pulled afterwards
@@ -14,6 +16,7 @@
 
 pub mod identity;
 pub mod lookaside;
+pub mod ostree_remote;
 pub mod policy;
 pub mod registries_d;
 pub mod sigstore;

@@ -14,18 +14,18 @@ use pivot_testkit::{
 };
 
 /// The images ext-fixtures wrote from `os-v2`, pushed as `pivot/native:<name>`.
-struct NativeImages {
+pub(crate) struct NativeImages {
     commit: String,
     /// name (`encapsulated`, `chunked`, `derived`) → manifest digest as pushed
     digests: BTreeMap<String, String>,
 }
 
 impl NativeImages {
-    fn pullspec(&self, env: &Env, name: &str) -> String {
+    pub(crate) fn pullspec(&self, env: &Env, name: &str) -> String {
         format!("{}/pivot/native:{name}", env.registry.host())
     }
 
-    fn pinned(&self, env: &Env, name: &str) -> String {
+    pub(crate) fn pinned(&self, env: &Env, name: &str) -> String {
         format!(
             "{}/pivot/native@{}",
             env.registry.host(),
@@ -35,15 +35,15 @@ impl NativeImages {
 }
 
 /// `oci:` directories written by ostree-rs-ext from `os-v2` (version 2).
-struct OciDirs {
-    commit: String,
+pub(crate) struct OciDirs {
+    pub(crate) commit: String,
     /// name → manifest digest, as ext-fixtures printed them
     digests: BTreeMap<String, String>,
     dir: tempfile::TempDir,
 }
 
 impl OciDirs {
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join("oci").join(name)
     }
 }
@@ -56,12 +56,25 @@ fn encapsulate_v2() -> OciDirs {
 /// Commits `tree` (version 2) and encapsulates it with ostree-rs-ext (a `release` build of it),
 /// as all three images or `only` one.
 fn encapsulate(tree: &pivot_testkit::Tree, release: bool, only: Option<&str>) -> OciDirs {
+    encapsulate_signed(tree, release, only, None)
+}
+
+/// [`encapsulate`], the commit signed by `signer` first.
+pub(crate) fn encapsulate_signed(
+    tree: &pivot_testkit::Tree,
+    release: bool,
+    only: Option<&str>,
+    signer: Option<&pivot_testkit::CommitSigner>,
+) -> OciDirs {
     let dir = tempfile::tempdir().unwrap();
     let repo_path = dir.path().join("repo");
     let repo = ostree::Repo::new_for_path(&repo_path);
     repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
         .unwrap();
     let commit = pivot_testkit::commit_tree(&repo, tree, Some("os"), "2").unwrap();
+    if let Some(signer) = signer {
+        pivot_testkit::sign_commit(&repo_path, &commit, signer).unwrap();
+    }
 
     let tool = ext_fixtures_tool(release).unwrap();
     let digests = encapsulate_with(&tool, &repo_path, "os", &dir.path().join("oci"), only)
@@ -76,7 +89,7 @@ fn encapsulate(tree: &pivot_testkit::Tree, release: bool, only: Option<&str>) ->
 }
 
 /// Pushes the `oci:` directories to `env`'s registry with skopeo, as `pivot/native:<name>`.
-fn push_native_images(env: &Env, oci: &OciDirs) -> NativeImages {
+pub(crate) fn push_native_images(env: &Env, oci: &OciDirs) -> NativeImages {
     let digests = oci
         .digests
         .keys()

@@ -70,3 +70,43 @@ pub fn commit_tree(
         .context("committing ostree transaction")?;
     Ok(checksum)
 }
+
+/// Who signs an image's OSTree commit, with `ostree gpg-sign` (the signer OSTree publishes
+/// with), and whether the signature is then corrupted, as a forger or a bit flip would.
+#[derive(Clone, Debug)]
+pub struct CommitSigner {
+    pub gnupg_home: std::path::PathBuf,
+    /// Key ID or fingerprint.
+    pub key: String,
+    pub tamper: bool,
+}
+
+/// Signs `commit` in the repo at `repo_dir` as `signer` says.
+pub fn sign_commit(repo_dir: &std::path::Path, commit: &str, signer: &CommitSigner) -> Result<()> {
+    let out = std::process::Command::new("ostree")
+        .arg("gpg-sign")
+        .arg(format!("--repo={}", repo_dir.display()))
+        .arg(format!("--gpg-homedir={}", signer.gnupg_home.display()))
+        .args([commit, &signer.key])
+        .output()
+        .context("running ostree gpg-sign")?;
+    anyhow::ensure!(out.status.success(), "ostree gpg-sign: {out:?}");
+    if !signer.tamper {
+        return Ok(());
+    }
+    let repo = ostree::Repo::new_for_path(repo_dir);
+    repo.open(gio::Cancellable::NONE)?;
+    let meta = repo
+        .read_commit_detached_metadata(commit, gio::Cancellable::NONE)?
+        .context("the signed commit has no detached metadata")?;
+    let dict = glib::VariantDict::new(Some(&meta));
+    let mut signatures: Vec<Vec<u8>> = dict
+        .lookup("ostree.gpgsigs")?
+        .context("no ostree.gpgsigs")?;
+    // The last byte is in the signature's value: the packet still parses, the math fails.
+    let last = signatures[0].last_mut().context("an empty signature")?;
+    *last ^= 0x01;
+    dict.insert_value("ostree.gpgsigs", &signatures.to_variant());
+    repo.write_commit_detached_metadata(commit, Some(&dict.end()), gio::Cancellable::NONE)?;
+    Ok(())
+}

@@ -1,6 +1,6 @@
 //! Legacy oscontainers: an OSTree archive repo at srv/repo inside an image.
 
-use crate::commit::commit_tree;
+use crate::commit::{commit_tree, sign_commit, CommitSigner};
 use crate::layer::{self, Item, Kind};
 use crate::push::{sha256_digest, upload, ManifestUpload, PushTarget};
 use crate::registry::Registry;
@@ -42,6 +42,8 @@ pub struct ImageSpec {
     pub format: ManifestFormat,
     pub index: bool,
     pub layers: usize,
+    /// Signs the commit in the image's repo.
+    pub commit_signer: Option<CommitSigner>,
 }
 
 impl ImageSpec {
@@ -56,6 +58,7 @@ impl ImageSpec {
             format: ManifestFormat::Oci,
             index: false,
             layers: 1,
+            commit_signer: None,
         }
     }
 }
@@ -229,6 +232,9 @@ pub(crate) fn build_repo(repo_dir: &Path, spec: &ImageSpec) -> Result<String> {
         .with_context(|| format!("creating archive repo {}", repo_dir.display()))?;
     let first = spec.refs.first().map(String::as_str);
     let commit = commit_tree(&repo, &spec.tree, first, &spec.version)?;
+    if let Some(signer) = &spec.commit_signer {
+        sign_commit(repo_dir, &commit, signer)?;
+    }
     for (i, other) in spec.refs.iter().enumerate().skip(1) {
         let version = format!("{}.other{i}", spec.version);
         commit_tree(&repo, &spec.tree, Some(other), &version)?;
