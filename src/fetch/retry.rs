@@ -109,6 +109,13 @@ pub fn refusal_alert(text: &str) -> Option<&'static str> {
 /// matters most (refused, certificate unknown, …).
 pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
+    let request = match e.downcast_ref::<OciDistributionError>() {
+        Some(OciDistributionError::RequestError(e)) => Some(e),
+        _ => e.downcast_ref::<reqwest::Error>(),
+    };
+    if let Some(note) = request.and_then(super::proxy::connect_failure) {
+        text = format!("{note}: {text}");
+    }
     let mut source = e.source();
     while let Some(cause) = source {
         let part = cause.to_string();

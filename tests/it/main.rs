@@ -5,6 +5,7 @@
 
 mod check;
 mod cli;
+mod commit_signatures;
 mod common;
 mod confirm;
 mod crash;
@@ -17,6 +18,7 @@ mod network;
 mod offline;
 mod outcomes;
 mod pivots;
+mod proxies;
 mod prune;
 mod refusals;
 mod signatures;

@@ -172,12 +172,12 @@ fn registry_auth_file_is_used_and_authfile_takes_precedence() {
 
 #[test]
 fn bearer_token_flow_gets_a_token_with_the_credentials() {
-    let tokens = TokenServer::builder().user("node", SECRET).start().unwrap();
-    let registry = Registry::builder().token_auth(&tokens).start().unwrap();
-    let env = Env::with_registry(registry);
-    let v2 = env.push_v2();
-    let auth = env.dir().join("auth.json");
-    write_auth_json(&auth, &[(&env.registry.host(), "node", SECRET)]).unwrap();
+    let TokenEnv {
+        tokens,
+        env,
+        v2,
+        auth,
+    } = TokenEnv::new(SECRET);
 
     let out = env.pivot(&["--authfile", auth.to_str().unwrap(), &v2.by_tag]);
     assert_success(&out);
@@ -793,4 +793,30 @@ fn a_killed_pivot_resumes_its_download_on_the_next_run() {
     );
     // The downloads are gone once the run ended.
     assert!(!env.downloads().exists());
+}
+
+/// A registry whose bearer tokens a token service grants to `node` with `secret`, v2 pushed to
+/// it, and an auth file holding those credentials.
+pub(crate) struct TokenEnv {
+    pub(crate) tokens: TokenServer,
+    pub(crate) env: Env,
+    pub(crate) v2: pivot_testkit::PushedImage,
+    pub(crate) auth: std::path::PathBuf,
+}
+
+impl TokenEnv {
+    pub(crate) fn new(secret: &str) -> TokenEnv {
+        let tokens = TokenServer::builder().user("node", secret).start().unwrap();
+        let registry = Registry::builder().token_auth(&tokens).start().unwrap();
+        let env = Env::with_registry(registry);
+        let v2 = env.push_v2();
+        let auth = env.dir().join("auth.json");
+        write_auth_json(&auth, &[(&env.registry.host(), "node", secret)]).unwrap();
+        TokenEnv {
+            tokens,
+            env,
+            v2,
+            auth,
+        }
+    }
 }

@@ -11,13 +11,13 @@ use crate::common::*;
 use pivot_testkit::{attach_signatures, cosign_payload, ec_key_pair, openssl_sign, PushedImage};
 
 /// A throwaway GnuPG home with one signing key.
-struct Signer {
-    home: tempfile::TempDir,
-    fingerprint: String,
+pub(crate) struct Signer {
+    pub(crate) home: tempfile::TempDir,
+    pub(crate) fingerprint: String,
 }
 
 impl Signer {
-    fn new(name: &str) -> Signer {
+    pub(crate) fn new(name: &str) -> Signer {
         let home = tempfile::Builder::new()
             .prefix("pivot-gpg-")
             .tempdir()
@@ -58,7 +58,7 @@ impl Signer {
     }
 
     /// The public key, exported as `gpg --export` writes it, into `path`.
-    fn export(&self, path: &Path, armor: bool) {
+    pub(crate) fn export(&self, path: &Path, armor: bool) {
         let mut cmd = self.gpg();
         cmd.arg("--batch");
         if armor {
@@ -205,7 +205,7 @@ fn signed_by(key: &Path) -> String {
     )
 }
 
-fn layer_gets(env: &Env, image: &PushedImage) -> usize {
+pub(crate) fn layer_gets(env: &Env, image: &PushedImage) -> usize {
     image
         .layer_digests
         .iter()
@@ -422,4 +422,29 @@ fn a_sigstore_signature_attached_in_the_registry_is_verified_with_the_policys_ke
     let origin = origin_of(&env, &image.commit);
     assert!(origin.contains("verification=signed"), "{origin}");
     assert!(origin.contains("signed-by=sha256:"), "{origin}");
+}
+
+/// An image signed by a fresh trusted key, its signature in a lookaside served over HTTP: the
+/// pivot arguments that require it, and what has to live while they are used.
+pub(crate) struct SignedOverHttp {
+    pub(crate) args: Vec<String>,
+    /// `127.0.0.1:<port>` of the lookaside server.
+    pub(crate) host: String,
+    _server: HttpServer,
+    _store: Lookaside,
+}
+
+pub(crate) fn signed_over_http(env: &Env, image: &PushedImage) -> SignedOverHttp {
+    let signer = Signer::new("release");
+    let key = env.dir().join("release.asc");
+    signer.export(&key, true);
+    let store = Lookaside::new();
+    store.put(image, &[signer.sign(image, &image.by_tag)]);
+    let server = HttpServer::serve(store.dir.path());
+    SignedOverHttp {
+        args: trust_args(env, "http", &signed_by(&key), &server.url()),
+        host: format!("127.0.0.1:{}", server.port),
+        _server: server,
+        _store: store,
+    }
 }

@@ -23,13 +23,14 @@ mod registry;
 mod registry_config;
 mod serve;
 mod sysroot;
+mod tinyproxy;
 mod tls;
 mod tmpfs;
 mod token_server;
 mod tree;
 
 pub use auth::{basic_auth, htpasswd_line, write_auth_json};
-pub use commit::{commit_tree, COMMIT_TIME};
+pub use commit::{commit_tree, sign_commit, CommitSigner, COMMIT_TIME};
 pub use cosign::{attach_signatures, cosign_payload, ec_key_pair, openssl_sign};
 pub use ext_fixtures::{encapsulate, ext_fixtures_tool, ext_judge, skopeo_push};
 pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
@@ -42,6 +43,7 @@ pub use raw::{PushedRaw, RawEntry, RawImage, RawKind, RawLayer, RawTar, RepoTar}
 pub use registry::{AccessLogEntry, Registry};
 pub use registry_config::RegistryBuilder;
 pub use sysroot::{pivot_test_env, TestSysroot};
+pub use tinyproxy::Tinyproxy;
 pub use tls::{CertKey, TestCa};
 pub use tmpfs::Tmpfs;
 pub use token_server::{TokenRequest, TokenServer, TokenServerBuilder, TOKEN_PATH};
