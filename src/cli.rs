@@ -53,12 +53,27 @@ pub enum Command {
     ///
     /// Exits 1 when it does not, with the reason, which `pivot status` then shows too.
     Confirm(ConfirmArgs),
+    /// Make the previous deployment the default again (an update pending on the booted system
+    /// is dropped instead), as `rpm-ostree rollback` does.
+    ///
+    /// The pullspec file's target is then held: the first-boot pivot does not move the node
+    /// back to it until /etc/pivot/image-pullspec names another image.
+    Rollback(RollbackArgs),
     /// Print the man page (roff) generated from this command line, for packaging.
     #[command(hide = true)]
     Man,
     /// Print shell completions (bash, zsh, fish, …), for packaging.
     #[command(hide = true)]
     Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// Reboot (through systemd) into the deployment made the default.
+    #[arg(short, long)]
+    pub reboot: bool,
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysroot: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -243,6 +258,33 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                 Verdict::Nothing => Exit::Success,
             })
         }
+        Some(Command::Rollback(args)) => {
+            let sysroot = args.sysroot.clone();
+            let report =
+                tokio::task::spawn_blocking(move || run::rollback::run(&sysroot)).await??;
+            println!(
+                "{} is the default deployment now (was {})",
+                report.done.to, report.done.from
+            );
+            if args.reboot {
+                if let Some(why) = &report.unrecorded {
+                    bail!("not rebooting: the rollback could not be recorded ({why}), and the first-boot pivot would move the node forward again; reboot by hand once the state file can be written");
+                }
+                if report.done.booted {
+                    let target = events::Target {
+                        commit: report.done.to.clone(),
+                        ..Default::default()
+                    };
+                    reboot::reboot(&target, "rebooting into the previous deployment")?;
+                } else {
+                    tracing::warn!(
+                        "not rebooting: {} is not the booted system",
+                        args.sysroot.display()
+                    );
+                }
+            }
+            Ok(Exit::Success)
+        }
         Some(Command::Man) => {
             clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
             Ok(Exit::Success)
@@ -299,7 +341,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             );
         }
         if report.booted {
-            reboot::reboot(&report.target)?;
+            reboot::reboot(&report.target, "rebooting into the new deployment")?;
         } else {
             tracing::warn!(
                 "not rebooting: {} is not the booted system",

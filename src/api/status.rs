@@ -113,6 +113,24 @@ pub struct PivotState {
     pub attempts: u32,
     /// The last run, whatever its pullspec.
     pub last: Option<Attempt>,
+    /// The last `pivot rollback` on this stateroot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<Rollback>,
+}
+
+/// A `pivot rollback`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Rollback {
+    /// When, in seconds since the Unix epoch.
+    pub at: u64,
+    /// The commit of the deployment that was the default (or about to become it).
+    pub from: String,
+    /// The commit of the deployment made the default.
+    pub to: String,
+    /// The `/etc/pivot/image-pullspec` target the rollback turned away from: the first-boot
+    /// pivot does not pursue it again until the file names another one (or an admin runs
+    /// `pivot` by hand).
+    pub held: Option<String>,
 }
 
 /// One pivot run.

@@ -19,6 +19,8 @@ pub const FAILED: &str = "8fe7f719e77e44e7b601232f466d4ced";
 /// At boot, `pivot confirm` found the node running (or not running) what pivot deployed.
 pub const CONFIRMED: &str = "4b15d57b6bed4ef3bd2d3b7f8f176683";
 pub const NOT_CONFIRMED: &str = "baf39e18075840dcb272a415d00a499d";
+/// `pivot rollback` made the previous deployment the default (`PIVOT_COMMIT`: the one now).
+pub const ROLLED_BACK: &str = "11006b664a1a451daee840bdfe58f3d3";
 /// A pivot run ended (every run, whatever became of it): `PIVOT_OUTCOME` is its
 /// [`Outcome`], spelled as in the state file and the progress stream.
 pub const FINISHED: &str = "687702fcdd384f08810e7896cb57e3a7";

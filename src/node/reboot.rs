@@ -32,12 +32,8 @@ pub fn is_needed() -> bool {
 }
 
 /// Asks systemd for an orderly reboot, which also runs ostree-finalize-staged.
-pub fn reboot(target: &Target) -> Result<()> {
-    events::info(
-        events::REBOOTING,
-        target,
-        "rebooting into the new deployment",
-    );
+pub fn reboot(target: &Target, why: &str) -> Result<()> {
+    events::info(events::REBOOTING, target, why);
     let status = std::process::Command::new("systemctl")
         .arg("reboot")
         .status()

@@ -27,6 +27,16 @@ pub struct State {
     pub target: Option<String>,
     pub attempts: u32,
     pub last: Option<Attempt>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<Rollback>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rollback {
+    pub at: u64,
+    pub from: String,
+    pub to: String,
+    pub held: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,15 +50,20 @@ pub struct Attempt {
     pub error: Option<String>,
 }
 
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
 impl Attempt {
     pub fn new(pullspec: &str, source: PullspecSource) -> Attempt {
         Attempt {
             pullspec: pullspec.to_string(),
             source,
-            started: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or_default(),
+            started: now(),
             outcome: Outcome::Running,
             digest: None,
             commit: None,
@@ -166,6 +181,7 @@ mod tests {
             target: Some("quay.io/os:1".into()),
             attempts: 2,
             last: Some(Attempt::new("quay.io/os:1", PullspecSource::File)),
+            rollback: None,
         };
         state.last.as_mut().unwrap().error = Some("boom".into());
         file.save(&state).unwrap();
@@ -234,6 +250,7 @@ mod tests {
                             )),
                             attempts: i,
                             last: Some(Attempt::new("quay.io/os:1", PullspecSource::File)),
+                            rollback: None,
                         };
                         file.save(&state).unwrap();
                         file.load().expect("every reader sees a whole state");

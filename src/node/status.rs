@@ -70,6 +70,12 @@ pub(crate) fn published(state: state_file::State) -> PivotState {
             commit: a.commit,
             error: a.error,
         }),
+        rollback: state.rollback.map(|r| status::Rollback {
+            at: r.at,
+            from: r.from,
+            to: r.to,
+            held: r.held,
+        }),
     }
 }
 
@@ -133,6 +139,18 @@ pub fn render(status: &Status) -> String {
         );
     }
     for (stateroot, state) in &status.pivot {
+        if let Some(rollback) = &state.rollback {
+            let _ = writeln!(
+                out,
+                "\nLast rollback ({stateroot}): {}",
+                format_utc(rollback.at)
+            );
+            field(&mut out, "To", &rollback.to);
+            field(&mut out, "From", &rollback.from);
+            if let Some(held) = &rollback.held {
+                field(&mut out, "Holding", &format!("{held} (until /etc/pivot/image-pullspec changes)"));
+            }
+        }
         let Some(last) = &state.last else { continue };
         let _ = writeln!(out, "\nLast pivot ({stateroot}): {}", last.outcome);
         let source = match last.source {
@@ -267,6 +285,12 @@ mod golden {
             target: Some("quay.io/os/node:4.15".into()),
             attempts: 2,
             last: Some(last),
+            rollback: Some(status::Rollback {
+                at: 1_795_600_000,
+                from: "4".repeat(64),
+                to: "2".repeat(64),
+                held: None,
+            }),
         };
         Status {
             api_version: API_VERSION.into(),

@@ -12,6 +12,7 @@ pub(crate) mod job;
 mod layer;
 mod local;
 pub(crate) mod memory;
+pub mod rollback;
 
 pub use job::PARALLEL_LAYERS;
 
@@ -203,8 +204,27 @@ impl Run<'_> {
                 let current = self.local.current.clone();
                 return self.settle(current);
             }
+            if let Some(rollback) = self
+                .state
+                .rollback
+                .as_ref()
+                .filter(|r| r.held.as_deref() == Some(self.attempt.pullspec.as_str()))
+            {
+                tracing::warn!(
+                    "not pivoting to {}: `pivot rollback` turned away from it (at {} s since the epoch); name another image in /etc/{PULLSPEC_FILE}, or run `pivot {}` to go ahead",
+                    self.attempt.pullspec,
+                    rollback.at,
+                    self.attempt.pullspec
+                );
+                return Ok(Outcome::Unchanged);
+            }
             if !self.opts.check {
                 self.count_attempt()?;
+            }
+        } else if !self.opts.check {
+            // An admin's own pivot lifts the hold a rollback put on the pullspec file's target.
+            if let Some(rollback) = self.state.rollback.as_mut() {
+                rollback.held = None;
             }
         }
 

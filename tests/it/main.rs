@@ -21,5 +21,6 @@ mod pivots;
 mod proxies;
 mod prune;
 mod refusals;
+mod rollback;
 mod signatures;
 mod space;
