@@ -13,6 +13,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use crate::fetch::config::auth::AuthFiles;
 use crate::fetch::registry::Access;
 use crate::fetch::retry::{self, RetryPolicy};
+use crate::fleet::{self, config::Config};
 use crate::node::confirm::{self, Verdict};
 use crate::node::events;
 use crate::node::progress::Progress;
@@ -80,6 +81,10 @@ pub struct RollbackArgs {
 pub struct ConfirmArgs {
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysroot: PathBuf,
+    /// Seconds to keep trying to give the node's reboot slot back to the FleetLock server
+    /// (reboot strategy fleet_lock) before failing.
+    #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
+    pub retry_timeout: u64,
 }
 
 #[derive(Debug, Args)]
@@ -239,9 +244,9 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             Ok(Exit::Success)
         }
         Some(Command::Confirm(args)) => {
-            let verdict =
-                tokio::task::spawn_blocking(move || confirm::confirm(&args.sysroot)).await??;
-            Ok(match verdict {
+            let sysroot = args.sysroot.clone();
+            let verdict = tokio::task::spawn_blocking(move || confirm::confirm(&sysroot)).await??;
+            let exit = match verdict {
                 Verdict::Confirmed { target } => {
                     let message = format!(
                         "confirmed: the node runs {}, which pivot deployed",
@@ -256,7 +261,13 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                     Exit::Failure
                 }
                 Verdict::Nothing => Exit::Success,
-            })
+            };
+            // Whatever the verdict, the node is up: it gives back any reboot slot it holds.
+            let etc = run::system_etc(&args.sysroot)?;
+            let config = Config::load(&etc)?;
+            let budget = Duration::from_secs(args.retry_timeout);
+            fleet::steady_state(&config.strategy, &etc, budget).await?;
+            Ok(exit)
         }
         Some(Command::Rollback(args)) => {
             let sysroot = args.sysroot.clone();
@@ -341,7 +352,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             );
         }
         if report.booted {
-            reboot::reboot(&report.target, "rebooting into the new deployment")?;
+            fleet::reboot(&report.strategy, &report.etc, &report.target).await?;
         } else {
             tracing::warn!(
                 "not rebooting: {} is not the booted system",

@@ -13,6 +13,8 @@
 //!    prune after it.
 //! 5. [`node`]: what the node records and tells: the state file, `pivot status`, the next-boot
 //!    confirmation, journal events, progress, the reboot.
+//! 6. [`fleet`]: when the node reboots into what it staged: at once, when a FleetLock server
+//!    grants a slot, or left to kured or the machine-config daemon.
 //!
 //! [`run`] drives one pivot through the stages; [`cli`] is the command; [`api`] holds the
 //! documents other programs read (`pivot status --json`, the `--progress-fd` stream, outcomes),
@@ -41,4 +43,4 @@ macro_rules! stages {
     };
 }
 
-stages!(fetch, trust, import, sysroot, node, run);
+stages!(fetch, trust, import, sysroot, node, fleet, run);

@@ -78,6 +78,15 @@ pub struct Report {
     pub booted: bool,
     /// The target, for the journal.
     pub target: Target,
+    /// How the node reboots into what this run staged (`/etc/pivot/config.d`).
+    pub strategy: crate::fleet::config::Strategy,
+    /// The system's /etc (where the machine ID is, for the FleetLock id).
+    pub etc: PathBuf,
+}
+
+/// The /etc of the system on `sysroot` that runs now (or boots next).
+pub fn system_etc(sysroot: &Path) -> Result<PathBuf> {
+    Ok(Local::inspect(sysroot, None)?.etc)
 }
 
 /// Runs one pivot and records its outcome in the state file.
@@ -86,6 +95,8 @@ pub async fn run(opts: &Options) -> Result<Report> {
         let (path, stateroot) = (opts.sysroot.clone(), opts.stateroot.clone());
         tokio::task::spawn_blocking(move || Local::inspect(&path, stateroot.as_deref())).await??
     };
+    // Read first: a mistake in it fails the run before anything is pulled.
+    let config = crate::fleet::config::Config::load(&local.etc)?;
     let (pullspec, source) = match &opts.pullspec {
         Some(p) => (p.trim().to_string(), Source::Argument),
         None => (read_pullspec_file(&local.etc)?, Source::File),
@@ -151,6 +162,8 @@ pub async fn run(opts: &Options) -> Result<Report> {
             unrecorded: run.unrecorded,
             booted: local.booted,
             target: run.target,
+            strategy: config.strategy,
+            etc: local.etc.clone(),
         }),
         Err(e) => Err(Reported(e).into()),
     }

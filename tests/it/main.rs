@@ -10,6 +10,7 @@ mod common;
 mod confirm;
 mod crash;
 mod download_only;
+mod fleet;
 mod handover;
 mod hostile;
 mod kargs;

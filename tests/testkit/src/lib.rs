@@ -13,6 +13,7 @@ mod cosign;
 mod ext_fixtures;
 mod fault;
 mod fault_proxy;
+mod fleet_lock;
 mod http1;
 mod jwt;
 mod layer;
@@ -34,6 +35,7 @@ pub use commit::{commit_tree, sign_commit, CommitSigner, COMMIT_TIME};
 pub use cosign::{attach_signatures, cosign_payload, ec_key_pair, openssl_sign};
 pub use ext_fixtures::{encapsulate, ext_fixtures_tool, ext_judge, skopeo_push};
 pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
+pub use fleet_lock::{FleetLockServer, LockRequest, BASE_PATH as FLEET_LOCK_BASE_PATH};
 pub use oscontainer::{
     push_oscontainer, CommitLabel, Compression, ImageSpec, ManifestFormat, PushedImage,
     COMMIT_LABEL, DECOY_COMMIT,

@@ -1,0 +1,117 @@
+//! A FleetLock client, as zincati speaks the protocol (zincati's
+//! `docs/development/fleetlock/protocol.md`): `POST <base>/v1/pre-reboot` to take a reboot slot
+//! before rebooting, `POST <base>/v1/steady-state` to give it back once the node is up again;
+//! header `fleet-lock-protocol: true`, body `{"client_params": {"id", "group"}}`. 200 is yes;
+//! anything else is no, with the server's `{"kind", "value"}` error when it sends one. Both
+//! operations are recursive on the server, so repeating either is harmless.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use super::config::FleetLock;
+
+/// How long one request may take: a server that hangs is retried like one that is down.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Client {
+    http: reqwest::Client,
+    pub base_url: String,
+    pub id: String,
+    pub group: String,
+}
+
+/// The server's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Granted,
+    Refused {
+        status: u16,
+        /// The error's `kind` (e.g. `failed_lock_semaphore_full`), if the body had one.
+        kind: Option<String>,
+        /// The error's `value`, else the body's text.
+        why: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    kind: String,
+    value: String,
+}
+
+impl Client {
+    pub fn new(lock: &FleetLock, id: String) -> Result<Client> {
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("pivot/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("setting up the FleetLock client")?;
+        Ok(Client {
+            http,
+            base_url: lock.base_url.clone(),
+            id,
+            group: lock.group.clone(),
+        })
+    }
+
+    /// Asks for a reboot slot.
+    pub async fn pre_reboot(&self) -> Result<Answer> {
+        self.post("pre-reboot").await
+    }
+
+    /// Gives the slot back (also when this node holds none).
+    pub async fn steady_state(&self) -> Result<Answer> {
+        self.post("steady-state").await
+    }
+
+    async fn post(&self, operation: &str) -> Result<Answer> {
+        let url = format!("{}/v1/{operation}", self.base_url);
+        let body = serde_json::json!({"client_params": {"id": self.id, "group": self.group}});
+        let response = self
+            .http
+            .post(&url)
+            .header("fleet-lock-protocol", "true")
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", crate::fetch::retry::describe(&e)))
+            .with_context(|| format!("POST {url}"))?;
+        let status = response.status().as_u16();
+        if status == 200 {
+            return Ok(Answer::Granted);
+        }
+        let text = response.text().await.unwrap_or_default();
+        Ok(match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(error) => Answer::Refused {
+                status,
+                kind: Some(error.kind),
+                why: error.value,
+            },
+            Err(_) => Answer::Refused {
+                status,
+                kind: None,
+                why: text.chars().take(200).collect::<String>().trim().to_string(),
+            },
+        })
+    }
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Answer::Granted => write!(f, "granted"),
+            Answer::Refused {
+                status,
+                kind: Some(kind),
+                why,
+            } => write!(f, "{why} ({kind}, HTTP {status})"),
+            Answer::Refused {
+                status,
+                kind: None,
+                why,
+            } => write!(f, "HTTP {status}: {why}"),
+        }
+    }
+}
