@@ -1,8 +1,9 @@
 //! Signatures kept beside the registry ("lookaside", containers-registries.d(5)): for image
 //! `host/path` and manifest digest `sha256:<hex>`, the files `<base>/path@sha256=<hex>/signature-1`,
 //! `signature-2`, … up to the first that does not exist, over `file://`, `http://` or
-//! `https://`. HTTP fetches go through the proxy the environment names, as the pulls do, and
-//! transient faults are retried under the pull's retry budget.
+//! `https://`. HTTP fetches use the registry's own client, as containers/image does: its TLS
+//! settings (certs.d CAs and client certificate, `insecure`) and the environment's proxy; transient
+//! faults are retried under the pull's retry budget.
 
 use std::path::PathBuf;
 
@@ -22,6 +23,7 @@ pub async fn signatures(
     image: &ImageRef,
     digest: &str,
     retry: &RetryPolicy,
+    client: Option<&reqwest::Client>,
 ) -> Result<Vec<Vec<u8>>> {
     let (algorithm, hex) = digest
         .split_once(':')
@@ -49,9 +51,12 @@ pub async fn signatures(
             }
         }
     } else if base.starts_with("http://") || base.starts_with("https://") {
-        let client = reqwest::Client::builder()
-            .build()
-            .context("setting up the lookaside client")?;
+        let client = match client {
+            Some(client) => client.clone(),
+            None => reqwest::Client::builder()
+                .build()
+                .context("setting up the lookaside client")?,
+        };
         for n in 1..=MAX_SIGNATURES {
             let url = format!("{dir}/signature-{n}");
             let what = format!("fetching signature {url}");

@@ -46,6 +46,8 @@ const MAX_SIGNATURES: usize = 64;
 pub struct Trust {
     policy: Option<(PathBuf, Policy)>,
     registries_d: RegistriesD,
+    /// Where `registries_d` was read from, for messages.
+    registries_d_dir: PathBuf,
 }
 
 /// How an image passed the policy.
@@ -93,6 +95,7 @@ impl Trust {
         Ok(Trust {
             policy,
             registries_d: RegistriesD::load(dir)?,
+            registries_d_dir: dir.to_path_buf(),
         })
     }
 
@@ -136,7 +139,21 @@ impl Trust {
                     let keyring: Keyring = load_keys(key_path, key_paths, key_data)
                         .map_err(|e| refused(requirement, format!("{e:#}")))?;
                     if signatures.is_none() {
-                        signatures = Some(self.simple_signatures(image, digest, retry).await?);
+                        signatures =
+                            Some(self.simple_signatures(image, digest, retry, registry).await?);
+                    }
+                    let no_store = self
+                        .registries_d
+                        .storage_for(image)
+                        .and_then(|s| s.lookaside())
+                        .is_none();
+                    if no_store && signatures.as_ref().is_some_and(Vec::is_empty) {
+                        let why = format!(
+                            "no signature of {digest} was found: no lookaside store is configured for {} in {}",
+                            image.name(),
+                            self.registries_d_dir.display()
+                        );
+                        return Err(refused(requirement, why));
                     }
                     let checked = signatures
                         .as_deref()
@@ -201,6 +218,7 @@ impl Trust {
         image: &ImageRef,
         digest: &str,
         retry: &RetryPolicy,
+        registry: Option<&Registry>,
     ) -> Result<Vec<Vec<u8>>> {
         if image.transport != Transport::Registry {
             return Ok(Vec::new());
@@ -212,7 +230,7 @@ impl Trust {
         else {
             return Ok(Vec::new());
         };
-        lookaside::signatures(base, image, digest, retry)
+        lookaside::signatures(base, image, digest, retry, registry.map(Registry::http_client))
             .await
             .with_context(|| format!("reading the signatures of {image} from {base}"))
     }

@@ -11,16 +11,26 @@ use crate::native::{encapsulate_signed, push_native_images};
 use crate::signatures::{layer_gets, Signer};
 use pivot_testkit::{CommitSigner, ImageSpec, PushedImage};
 
-/// `ostree remote add` on the sysroot's repo: verifying with `key` (exported from a signer),
-/// or with `--no-gpg-verify` when None. The URL is never contacted.
-fn add_remote(env: &Env, name: &str, key: Option<&Path>) {
+/// How a remote knows its keys.
+enum Keys<'a> {
+    /// `--gpg-import`: copied into the repo's keyring for the remote.
+    Imported(&'a Path),
+    /// `gpgkeypath`: read from the file at each verification.
+    KeyPath(&'a Path),
+    /// `--no-gpg-verify`.
+    None,
+}
+
+/// `ostree remote add` on the sysroot's repo. The URL is never contacted.
+fn add_remote(env: &Env, name: &str, keys: Keys) {
     let mut cmd = Command::new("ostree");
     cmd.arg("remote")
         .arg("add")
         .arg(format!("--repo={}", env.sysroot.repo_path().display()));
-    match key {
-        Some(key) => cmd.arg(format!("--gpg-import={}", key.display())),
-        None => cmd.arg("--no-gpg-verify"),
+    match keys {
+        Keys::Imported(key) => cmd.arg(format!("--gpg-import={}", key.display())),
+        Keys::KeyPath(key) => cmd.arg(format!("--set=gpgkeypath={}", key.display())),
+        Keys::None => cmd.arg("--no-gpg-verify"),
     };
     let out = cmd.args([name, "file:///nonexistent"]).output().unwrap();
     assert!(out.status.success(), "ostree remote add: {out:?}");
@@ -30,7 +40,7 @@ fn add_remote(env: &Env, name: &str, key: Option<&Path>) {
 fn trust_remote(env: &Env, signer: &Signer) {
     let key = env.dir().join("os.asc");
     signer.export(&key, true);
-    add_remote(env, "os", Some(&key));
+    add_remote(env, "os", Keys::Imported(&key));
 }
 
 fn commit_signer(signer: &Signer, tamper: bool) -> CommitSigner {
@@ -100,9 +110,12 @@ fn a_commit_signed_by_the_remotes_key_is_deployed_and_recorded_as_such() {
     );
     assert_fsck_clean(&native);
 
-    // The same image from an OCI layout, which carries no container signatures at all.
+    // The same image from an OCI layout, which carries no container signatures at all; this
+    // remote reads its key from a file (gpgkeypath).
     let layout = Env::new();
-    trust_remote(&layout, &release);
+    let key = layout.dir().join("release.asc");
+    release.export(&key, true);
+    add_remote(&layout, "os", Keys::KeyPath(&key));
     let path = format!("oci:{}", oci.path("encapsulated").display());
     assert_success(&layout.pivot(&["--ostree-remote", "os", &path]));
     let origin = origin_of(&layout, &layout.deployed()[0]);
@@ -160,7 +173,7 @@ fn a_remote_that_is_missing_or_verifies_nothing_is_refused_before_any_layer() {
         &remote_args(&image),
         &["--ostree-remote os", "has no remote os"],
     );
-    add_remote(&env, "os", None);
+    add_remote(&env, "os", Keys::None);
     assert_refused(
         &env,
         &remote_args(&image),

@@ -312,6 +312,23 @@ fn unsigned_untrusted_tampered_and_misnamed_images_are_refused_before_any_layer(
         &["\"default\"", "reject", "rejects this scope"],
     );
     assert_eq!(layer_gets(&env, &image), 0);
+
+    // signedBy with nowhere to look: the refusal says where a store would be configured.
+    let nowhere = trust_files(
+        &env,
+        "nowhere",
+        &signed_by(&key),
+        "use-sigstore-attachments: false",
+    );
+    assert_refused(
+        &env,
+        &with_args(&nowhere, &[&image.by_tag]),
+        &[
+            "no lookaside store is configured for",
+            "nowhere/registries.d",
+        ],
+    );
+    assert_eq!(layer_gets(&env, &image), 0);
 }
 
 #[test]

@@ -381,6 +381,12 @@ impl Registry {
         }
     }
 
+    /// An HTTP client with this registry's TLS settings (certs.d CAs, client certificate,
+    /// `insecure`), for the lookaside store that belongs to it, as containers/image fetches it.
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     pub fn retry_policy(&self) -> &RetryPolicy {
         &self.retry
     }
