@@ -60,12 +60,23 @@ pub enum Command {
     /// The pullspec file's target is then held: the first-boot pivot does not move the node
     /// back to it until /etc/pivot/image-pullspec names another image.
     Rollback(RollbackArgs),
+    /// Let the next reboot apply the deployment `--lock-finalization` staged.
+    Finalize(FinalizeArgs),
     /// Print the man page (roff) generated from this command line, for packaging.
     #[command(hide = true)]
     Man,
     /// Print shell completions (bash, zsh, fish, …), for packaging.
     #[command(hide = true)]
     Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Args)]
+pub struct FinalizeArgs {
+    /// Then reboot into it, as the reboot strategy (/etc/pivot/config.d) allows.
+    #[arg(short, long)]
+    pub reboot: bool,
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysroot: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +141,10 @@ pub struct PivotArgs {
     /// repo (its gpg-verify keys, or sign-verify ed25519 keys), checked before it is deployed.
     #[arg(long, value_name = "NAME")]
     pub ostree_remote: Option<String>,
+    /// Stage the deployment locked: a reboot applies it only after `pivot finalize` (an
+    /// unplanned reboot keeps the current OS, and the update is staged again at boot).
+    #[arg(long, conflicts_with_all = ["reboot", "check", "download_only"])]
+    pub lock_finalization: bool,
     /// Verify registries' TLS certificates (--tls-verify=false turns it off, with a warning).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub tls_verify: bool,
@@ -260,6 +275,20 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                     events::error(events::NOT_CONFIRMED, &target, &message);
                     Exit::Failure
                 }
+                Verdict::LockedDropped { target, pinned } => {
+                    events::info(
+                        events::UNCHANGED,
+                        &target,
+                        &format!("the node rebooted before `pivot finalize`: staging {pinned} again, locked"),
+                    );
+                    let opts = run::Options {
+                        pullspec: Some(pinned),
+                        lock_finalization: true,
+                        ..run::Options::offline(&args.sysroot)
+                    };
+                    run::run(&opts).await?;
+                    Exit::Success
+                }
                 Verdict::Nothing => Exit::Success,
             };
             // Whatever the verdict, the node is up: it gives back any reboot slot it holds.
@@ -268,6 +297,29 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             let budget = Duration::from_secs(args.retry_timeout);
             fleet::steady_state(&config.strategy, &etc, budget).await?;
             Ok(exit)
+        }
+        Some(Command::Finalize(args)) => {
+            let sysroot = args.sysroot.clone();
+            let unlocked =
+                tokio::task::spawn_blocking(move || crate::sysroot::finalize::unlock(&sysroot))
+                    .await??;
+            match unlocked.was_locked {
+                true => println!("unlocked: the next reboot applies {}", unlocked.commit),
+                false => println!(
+                    "{} was not locked: the next reboot applies it",
+                    unlocked.commit
+                ),
+            }
+            if args.reboot {
+                let etc = run::system_etc(&args.sysroot)?;
+                let config = Config::load(&etc)?;
+                let target = events::Target {
+                    commit: unlocked.commit,
+                    ..Default::default()
+                };
+                fleet::reboot(&config.strategy, &etc, &target).await?;
+            }
+            Ok(Exit::Success)
         }
         Some(Command::Rollback(args)) => {
             let sysroot = args.sysroot.clone();
@@ -326,6 +378,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         policy: args.policy,
         registries_d: args.registries_d,
         ostree_remote: args.ostree_remote,
+        lock_finalization: args.lock_finalization,
         progress,
         access: Access {
             auth: AuthFiles::new(args.authfile.as_deref()),

@@ -125,11 +125,21 @@ fn start_with(
     push: impl FnOnce(&Registry, &Images) -> Result<Pushed>,
     edits: impl FnOnce(&Pushed) -> EtcEdits,
 ) -> Result<Start> {
+    start_forwarding(s, push, edits, &[])
+}
+
+/// [`start_with`], with more guest addresses forwarded to host loopback ports.
+fn start_forwarding(
+    s: &Scenario,
+    push: impl FnOnce(&Registry, &Images) -> Result<Pushed>,
+    edits: impl FnOnce(&Pushed) -> EtcEdits,
+    forwards: &[(&str, u16)],
+) -> Result<Start> {
     let images = images::get()?;
     let registry = Registry::start()?;
     let v2 = push(&registry, images)?;
     let qcow2 = disk(s, images, edits(&v2))?;
-    let m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
+    let m = Machine::start_forwarding(&s.dir, &qcow2, port(&registry)?, forwards)?;
     Ok(Start {
         images,
         registry,
@@ -971,6 +981,217 @@ fn signed_first_boot() {
             "the booted deployment's verification: {booted}"
         );
         m.poweroff()?;
+        Ok(())
+    });
+}
+
+/// Reboots decided by the fleet: the node's /etc/pivot/config.d sets the fleet_lock strategy
+/// against the test kit's FleetLock server, whose one slot another node holds. Boot 1 pulls and
+/// stages v2, then waits, staged and still on v1 with kubelet held back, asking for the slot;
+/// once the other node frees it, pivot takes it and reboots into v2, where pivot-confirm gives it
+/// back (steady-state). Then an admin's `pivot rollback --reboot` boots v1 again, and the slot
+/// is given back at that boot too.
+#[test]
+fn fleet_lock_first_boot_and_rollback() {
+    scenario::run("fleet-lock", |s| {
+        use pivot_testkit::FleetLockServer;
+        let fleet = FleetLockServer::start(1)?;
+        fleet.hold("default", "another-node");
+        let config = format!(
+            "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://{}{}/\"\n",
+            vm::qemu::GUEST_FLEETLOCK,
+            pivot_testkit::FLEET_LOCK_BASE_PATH
+        );
+        let Start {
+            images,
+            registry: _registry,
+            v2,
+            qcow2,
+            mut m,
+        } = start_forwarding(
+            s,
+            push_v2,
+            |v2| {
+                EtcEdits::default()
+                    .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
+                    .file("pivot/config.d/50-fleet.toml", &config)
+            },
+            &[(vm::qemu::GUEST_FLEETLOCK, fleet.port())],
+        )?;
+
+        let boot1 = m.wait_boot(m.scaled(100))?;
+        let machine_id = m.sh("cat /etc/machine-id")?;
+        let id = pivot::fleet::machine_id::app_specific(
+            machine_id.trim(),
+            pivot::fleet::machine_id::APP_ID,
+        )?;
+        // Refused twice: the node waits, staged.
+        let deadline = std::time::Instant::now() + m.scaled(400);
+        let refused = |fleet: &FleetLockServer| {
+            fleet
+                .requests()
+                .iter()
+                .filter(|r| r.operation == "pre-reboot" && r.id == id && r.status == 409)
+                .count()
+        };
+        while refused(&fleet) < 2 {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "the node did not ask the FleetLock server for a slot: {:?}",
+                fleet.requests()
+            );
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        ensure!(m.boot().id == boot1.id, "the node rebooted without a slot");
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        let list = facts::deployments(&facts::guest_status(&mut m)?)?;
+        let staged = one(&list, "staged", |d| d.staged)?;
+        ensure!(staged.checksum == v2.commit, "staged {staged:?} is not v2");
+        let waiting = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        ensure!(
+            waiting.contains("waiting for a reboot slot")
+                && waiting.contains("semaphore currently full"),
+            "pivot does not say why it waits:\n{waiting}"
+        );
+        m.sh("test ! -e /var/lib/kubelet-standin/starts || ! grep -q . /var/lib/kubelet-standin/starts")
+            .context("kubelet started while pivot waited for the slot")?;
+
+        // The other node is done: pivot gets the slot and reboots into v2.
+        fleet.release("default", "another-node");
+        m.wait_boot(m.scaled(300))
+            .context("waiting for the reboot once the slot was free")?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+        let requests = fleet.requests();
+        let granted = requests
+            .iter()
+            .position(|r| r.operation == "pre-reboot" && r.id == id && r.status == 200)
+            .context("no granted pre-reboot")?;
+        ensure!(
+            requests[granted..]
+                .iter()
+                .any(|r| r.operation == "steady-state" && r.id == id && r.status == 200),
+            "no steady-state after the reboot: {requests:?}"
+        );
+        ensure!(
+            fleet.holders("default").is_empty(),
+            "the slot is still held"
+        );
+
+        // Rollback by hand: v1 boots again; the node says steady-state at that boot too.
+        let before = fleet.requests().len();
+        // Without --reboot it only changes the default (here twice, back to v2); with it, the
+        // node reboots into the rolled-back v1.
+        for expected in [&images.commits.v1, &v2.commit] {
+            let out = m.run("pivot rollback", m.scaled(60))?;
+            ensure!(
+                out.rc == 0
+                    && out
+                        .text
+                        .contains(&format!("{expected} is the default deployment now")),
+                "pivot rollback exited with {}:\n{}",
+                out.rc,
+                out.text
+            );
+        }
+        m.reboot_by("pivot rollback --reboot", m.scaled(200))
+            .context("waiting for the reboot into the rolled-back v1")?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        let status = facts::guest_status(&mut m)?;
+        let rollback = &facts::pivot_state(&status, STATEROOT)["rollback"];
+        ensure!(
+            rollback["to"] == images.commits.v1.as_str() && rollback["from"] == v2.commit.as_str(),
+            "the rollback record: {rollback}"
+        );
+        // v1's /etc still names v2 in the pullspec file: held, so no pivot (and no reboot) again.
+        ensure!(
+            rollback["held"] == v2.guest_by_tag().as_str(),
+            "the rollback holds {}, not the pullspec file's target",
+            rollback["held"]
+        );
+        let held = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        ensure!(
+            held.contains("not pivoting to"),
+            "pivot.service after the rollback:\n{held}"
+        );
+        m.sh(
+            "test -z \"$(systemctl list-jobs --no-legend)\" && test ! -e /run/pivot/reboot-needed",
+        )
+        .context("the rolled-back node is heading for another reboot")?;
+        ensure!(
+            fleet.requests()[before..]
+                .iter()
+                .any(|r| r.operation == "steady-state" && r.id == id),
+            "no steady-state at the boot after the rollback"
+        );
+        m.poweroff()?;
+        let disk = SavedDisk::open(&qcow2, &s.dir)?;
+        assert_bootloader(&disk, &[&images.commits.v1, &images.commits.v2])?;
+        Ok(())
+    });
+}
+
+/// Staged but locked: an admin's `pivot --lock-finalization` stages v2 so that an unplanned
+/// reboot keeps v1; at that boot pivot-confirm stages v2 again, still locked, from the repo
+/// (libostree dropped it with /run); `pivot finalize --reboot` then boots v2.
+#[test]
+fn locked_finalization() {
+    scenario::run("locked-finalization", |s| {
+        let Start {
+            images,
+            registry,
+            v2,
+            qcow2,
+            mut m,
+        } = start(s, |_| EtcEdits::default())?;
+        m.wait_boot(m.scaled(100))?;
+        m.base_checks()?;
+        let out = m.run(
+            &format!("pivot --lock-finalization {}", v2.guest_by_tag()),
+            m.scaled(300),
+        )?;
+        ensure!(out.rc == 0, "pivot --lock-finalization:\n{}", out.text);
+        let locked = |m: &mut Machine| -> Result<()> {
+            let list = facts::guest_status(m)?;
+            let staged = list["deployments"]
+                .as_array()
+                .and_then(|l| l.iter().find(|d| d["staged"] == true))
+                .cloned()
+                .unwrap_or_default();
+            ensure!(
+                staged["checksum"] == v2.commit.as_str() && staged["finalization_locked"] == true,
+                "v2 is not staged with finalization locked: {list}"
+            );
+            m.sh("test -e /run/ostree/staged-deployment-locked && test ! -e /run/pivot/reboot-needed")?;
+            Ok(())
+        };
+        locked(&mut m)?;
+
+        // An unplanned reboot: v1 again, and v2 staged again, locked, without the registry.
+        let blobs = registry.count_requests("GET", "/blobs/");
+        m.reboot(m.scaled(150))?;
+        m.base_checks()?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        locked(&mut m)?;
+        let confirm = m.sh("journalctl -b -u pivot-confirm.service -o cat --no-pager")?;
+        ensure!(
+            confirm.contains("rebooted before `pivot finalize`"),
+            "pivot-confirm did not say it staged the update again:\n{confirm}"
+        );
+        ensure!(
+            registry.count_requests("GET", "/blobs/") == blobs,
+            "staging again fetched from the registry"
+        );
+
+        // Finalized: the reboot applies it.
+        m.reboot_by("pivot finalize --reboot", m.scaled(200))
+            .context("waiting for the reboot after pivot finalize")?;
+        m.base_checks()?;
+        assert_running(&mut m, &v2.commit, V2_RELEASE)?;
+        m.poweroff()?;
+        let disk = SavedDisk::open(&qcow2, &s.dir)?;
+        assert_bootloader(&disk, &[&v2.commit, &images.commits.v1])?;
         Ok(())
     });
 }

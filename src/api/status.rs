@@ -60,6 +60,9 @@ pub struct Deployment {
     pub timestamp: Option<u64>,
     pub booted: bool,
     pub staged: bool,
+    /// Staged with `--lock-finalization`: a reboot applies it only after `pivot finalize`.
+    #[serde(default)]
+    pub finalization_locked: bool,
     /// First in boot order: what the bootloader starts next (a staged deployment, once finalized
     /// at shutdown, goes before it).
     pub default: bool,
@@ -116,6 +119,21 @@ pub struct PivotState {
     /// The last `pivot rollback` on this stateroot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<Rollback>,
+    /// What the last `pivot --check` found, while it is news: cleared by a check that finds
+    /// none and by a pivot that ends on a target (bootc's `cachedUpdate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_update: Option<CachedUpdate>,
+}
+
+/// An update `pivot --check` found available.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CachedUpdate {
+    /// `host/path@sha256:…`.
+    pub image: String,
+    /// The image's `version` label.
+    pub version: Option<String>,
+    /// When it was checked, in seconds since the Unix epoch.
+    pub checked: u64,
 }
 
 /// A `pivot rollback`.

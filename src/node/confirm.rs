@@ -20,6 +20,10 @@ pub enum Verdict {
     Confirmed { target: Target },
     /// It does not; `reason` says what happened instead.
     NotRunning { target: Target, reason: String },
+    /// The last pivot staged its deployment locked (`--lock-finalization`) and the node
+    /// rebooted before `pivot finalize`: libostree dropped it, as it keeps staged deployments in
+    /// /run. Nothing failed; the caller stages `pinned` again, locked, from the repo.
+    LockedDropped { target: Target, pinned: String },
     /// No pivot awaits confirmation.
     Nothing,
 }
@@ -57,6 +61,15 @@ pub fn confirm(sysroot_path: &Path) -> Result<Verdict> {
         version: deployed.and_then(|d| d.version.clone()).unwrap_or_default(),
         commit: commit.clone(),
     };
+    if last.locked && deployed.is_none() && running.checksum != commit {
+        let pinned = crate::fetch::reference::ImageRef::parse(&last.pullspec)
+            .ok()
+            .zip(last.digest.as_deref())
+            .map(|(image, digest)| image.with_digest(digest).to_string());
+        if let Some(pinned) = pinned {
+            return Ok(Verdict::LockedDropped { target, pinned });
+        }
+    }
     let verdict = if running.checksum == commit {
         last.outcome = Outcome::Confirmed;
         last.error = None;

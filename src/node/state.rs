@@ -29,6 +29,15 @@ pub struct State {
     pub last: Option<Attempt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<Rollback>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_update: Option<CachedUpdate>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CachedUpdate {
+    pub image: String,
+    pub version: Option<String>,
+    pub checked: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,6 +57,9 @@ pub struct Attempt {
     pub digest: Option<String>,
     pub commit: Option<String>,
     pub error: Option<String>,
+    /// Staged with `--lock-finalization`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub locked: bool,
 }
 
 /// Seconds since the Unix epoch.
@@ -68,6 +80,7 @@ impl Attempt {
             digest: None,
             commit: None,
             error: None,
+            locked: false,
         }
     }
 }
@@ -182,6 +195,7 @@ mod tests {
             attempts: 2,
             last: Some(Attempt::new("quay.io/os:1", PullspecSource::File)),
             rollback: None,
+            cached_update: None,
         };
         state.last.as_mut().unwrap().error = Some("boom".into());
         file.save(&state).unwrap();
@@ -251,6 +265,7 @@ mod tests {
                             attempts: i,
                             last: Some(Attempt::new("quay.io/os:1", PullspecSource::File)),
                             rollback: None,
+                            cached_update: None,
                         };
                         file.save(&state).unwrap();
                         file.load().expect("every reader sees a whole state");

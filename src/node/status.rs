@@ -49,6 +49,7 @@ fn deployment(d: &DeploymentInfo) -> Deployment {
         timestamp: d.timestamp,
         booted: d.booted,
         staged: d.staged,
+        finalization_locked: d.finalization_locked,
         default: d.default,
         rollback: d.rollback,
         verification: d.verification,
@@ -76,6 +77,11 @@ pub(crate) fn published(state: state_file::State) -> PivotState {
             to: r.to,
             held: r.held,
         }),
+        cached_update: state.cached_update.map(|u| status::CachedUpdate {
+            image: u.image,
+            version: u.version,
+            checked: u.checked,
+        }),
     }
 }
 
@@ -97,6 +103,7 @@ pub fn render(status: &Status) -> String {
         let flags: Vec<&str> = [
             (d.booted, "booted"),
             (d.staged, "staged"),
+            (d.finalization_locked, "finalization locked"),
             (d.default, "default"),
             (d.rollback, "rollback"),
         ]
@@ -139,6 +146,15 @@ pub fn render(status: &Status) -> String {
         );
     }
     for (stateroot, state) in &status.pivot {
+        if let Some(update) = &state.cached_update {
+            let _ = writeln!(out, "\nUpdate available ({stateroot}): {}", update.image);
+            field(
+                &mut out,
+                "Version",
+                update.version.as_deref().unwrap_or("(none)"),
+            );
+            field(&mut out, "Checked", &format_utc(update.checked));
+        }
         if let Some(rollback) = &state.rollback {
             let _ = writeln!(
                 out,
@@ -245,6 +261,7 @@ mod golden {
             timestamp: None,
             booted: false,
             staged: false,
+            finalization_locked: false,
             default: false,
             rollback: false,
             verification: None,
@@ -260,6 +277,7 @@ mod golden {
         v3.manifest_digest = Some(format!("sha256:{}", "e".repeat(64)));
         v3.timestamp = Some(1_795_000_000);
         v3.staged = true;
+        v3.finalization_locked = true;
         v3.verification = Some(Verification::OstreeRemote);
         v3.ostree_remote = Some("rhcos".into());
         let mut v2 = deployment(0, "2", None);
@@ -290,6 +308,11 @@ mod golden {
                 from: "4".repeat(64),
                 to: "2".repeat(64),
                 held: None,
+            }),
+            cached_update: Some(status::CachedUpdate {
+                image: format!("quay.io/os/node@sha256:{}", "f".repeat(64)),
+                version: Some("4".into()),
+                checked: 1_796_051_000,
             }),
         };
         Status {

@@ -53,6 +53,8 @@ pub(crate) struct Job {
     pub(crate) verified: Option<Verified>,
     /// `--ostree-remote`: the OSTree remote whose keys must have signed the image's commit.
     pub(crate) ostree_remote: Option<String>,
+    /// `--lock-finalization`: stage so that only `pivot finalize` lets a reboot apply it.
+    pub(crate) lock_finalization: bool,
 }
 
 impl Job {
@@ -105,10 +107,12 @@ impl Job {
         };
         space::check_boot(&self.sysroot, &self.stateroot, &repo, &commit)?;
         let mut refs = Vec::new();
-        if self.keep || self.download_only {
+        // A locked update must outlive a reboot that drops it (libostree keeps staged deployments
+        // in /run): kept, and deployable again without the registry (see node::confirm).
+        if self.keep || self.download_only || self.lock_finalization {
             refs.push(format!("pivot/{}", self.image.ref_name()));
         }
-        if self.download_only {
+        if self.download_only || self.lock_finalization {
             refs.push(downloaded_ref(&self.os.digest, self.os.format));
         }
         for name in refs {
@@ -132,7 +136,14 @@ impl Job {
                 ostree_remote: self.ostree_remote.as_deref(),
             },
         );
-        let deployed = deploy::deploy(&sysroot, &self.stateroot, &commit, &origin, &self.kargs)
+        let deployed = deploy::deploy(
+            &sysroot,
+            &self.stateroot,
+            &commit,
+            &origin,
+            &self.kargs,
+            self.lock_finalization,
+        )
             .with_context(|| format!("deploying commit {commit}"))?;
         Ok(Some((commit, Some(deployed))))
     }

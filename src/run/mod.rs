@@ -36,7 +36,7 @@ use crate::fetch::source;
 use crate::api::progress::Step;
 use crate::api::status::PullspecSource as Source;
 use crate::trust::{Trust, Verified};
-use crate::node::state::{Attempt, State, StateFile, MAX_ATTEMPTS};
+use crate::node::state::{self, Attempt, State, StateFile, MAX_ATTEMPTS};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
 pub const PULLSPEC_FILE: &str = "pivot/image-pullspec";
@@ -62,6 +62,8 @@ pub struct Options {
     pub registries_d: Option<PathBuf>,
     /// `--ostree-remote`: the image's OSTree commit must be signed by this remote's keys.
     pub ostree_remote: Option<String>,
+    /// `--lock-finalization`: stage the deployment locked (booted system only).
+    pub lock_finalization: bool,
     pub progress: Progress,
 }
 
@@ -84,6 +86,34 @@ pub struct Report {
     pub etc: PathBuf,
 }
 
+impl Options {
+    /// A run that needs no registry (its image is in the repo under a download ref), with
+    /// pivot's defaults otherwise.
+    pub fn offline(sysroot: &Path) -> Options {
+        Options {
+            pullspec: None,
+            sysroot: sysroot.to_path_buf(),
+            stateroot: None,
+            keep: false,
+            partial_downloads: true,
+            karg_edits: Vec::new(),
+            check: false,
+            download_only: false,
+            access: Access {
+                auth: crate::fetch::config::auth::AuthFiles::new(None),
+                cert_dir: None,
+                tls_verify: true,
+                retry: crate::fetch::retry::RetryPolicy::new(crate::fetch::retry::DEFAULT_BUDGET),
+            },
+            policy: None,
+            registries_d: None,
+            ostree_remote: None,
+            lock_finalization: false,
+            progress: Progress::default(),
+        }
+    }
+}
+
 /// The /etc of the system on `sysroot` that runs now (or boots next).
 pub fn system_etc(sysroot: &Path) -> Result<PathBuf> {
     Ok(Local::inspect(sysroot, None)?.etc)
@@ -97,6 +127,11 @@ pub async fn run(opts: &Options) -> Result<Report> {
     };
     // Read first: a mistake in it fails the run before anything is pulled.
     let config = crate::fleet::config::Config::load(&local.etc)?;
+    ensure!(
+        !opts.lock_finalization || local.booted,
+        "--lock-finalization needs the booted system: on {}, which is not booted, the deployment is written, not staged",
+        opts.sysroot.display()
+    );
     let (pullspec, source) = match &opts.pullspec {
         Some(p) => (p.trim().to_string(), Source::Argument),
         None => (read_pullspec_file(&local.etc)?, Source::File),
@@ -129,9 +164,13 @@ pub async fn run(opts: &Options) -> Result<Report> {
         source,
         state_file: &state_file,
         state,
-        attempt: Attempt::new(&pullspec, source),
+        attempt: Attempt {
+            locked: opts.lock_finalization,
+            ..Attempt::new(&pullspec, source)
+        },
         reboot_pending: false,
         unrecorded: None,
+        found: None,
     };
     let result = run.pivot().await;
     run.attempt.outcome = match &result {
@@ -143,9 +182,26 @@ pub async fn run(opts: &Options) -> Result<Report> {
     };
     let outcome = run.attempt.outcome;
     opts.progress.finish(outcome);
-    run.state.last = Some(run.attempt);
-    // A check changes nothing, not even the record of attempts.
-    if !opts.check {
+    // A check changes nothing but the record of what it found (not even that of attempts).
+    if opts.check {
+        if let Ok(outcome @ (Outcome::UpdateAvailable | Outcome::Unchanged)) = &result {
+            let found = run.found.take().filter(|_| *outcome == Outcome::UpdateAvailable);
+            let saved = state_file.load().and_then(|mut state| {
+                state.cached_update = found;
+                state_file.save(&state)
+            });
+            if let Err(e) = saved {
+                tracing::warn!("could not record what the check found: {e:#}");
+            }
+        }
+    } else {
+        run.state.last = Some(run.attempt);
+        // The node moved (or is where it should be): an update found before is no news now.
+        if result.as_ref().is_ok_and(|o| {
+            o.made_deployment() || matches!(o, Outcome::Unchanged | Outcome::Confirmed)
+        }) {
+            run.state.cached_update = None;
+        }
         if let Err(e) = state_file.save(&run.state) {
             tracing::warn!("could not record the outcome: {e:#}");
             run.unrecorded.get_or_insert(format!("{e:#}"));
@@ -199,6 +255,8 @@ struct Run<'a> {
     reboot_pending: bool,
     /// See [`Report::unrecorded`].
     unrecorded: Option<String>,
+    /// What a `--check` found.
+    found: Option<state::CachedUpdate>,
 }
 
 impl Run<'_> {
@@ -331,6 +389,7 @@ impl Run<'_> {
             stored: Default::default(),
             verified,
             ostree_remote: self.opts.ostree_remote.clone(),
+            lock_finalization: self.opts.lock_finalization,
         };
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {
@@ -356,7 +415,7 @@ impl Run<'_> {
                 self.image
             ),
         );
-        if deployed.staged {
+        if deployed.staged && !self.opts.lock_finalization {
             crate::node::reboot::mark_needed()?;
         }
         Ok(match deployed.staged {
@@ -400,7 +459,12 @@ impl Run<'_> {
     }
 
     /// `--check`: what a pivot to `os` would change, on stdout, from the manifest and config alone.
-    async fn report_update(&self, image: &ImageRef, os: &OsImage) -> Result<Outcome> {
+    async fn report_update(&mut self, image: &ImageRef, os: &OsImage) -> Result<Outcome> {
+        self.found = Some(state::CachedUpdate {
+            image: format!("{}@{}", image.name(), os.digest),
+            version: os.version.clone(),
+            checked: state::now(),
+        });
         let (sysroot, target) = (self.opts.sysroot.clone(), os.clone());
         let (have, stored) = tokio::task::spawn_blocking(move || -> Result<(bool, Vec<bool>)> {
             let repo = deployments::open_sysroot(&sysroot)?.repo();
@@ -472,6 +536,18 @@ impl Run<'_> {
                 self.confirm()?;
                 return Ok(Outcome::Confirmed);
             }
+            return Ok(Outcome::Unchanged);
+        }
+        if hit.finalization_locked {
+            // A reboot would not apply it: rebooting for it would only loop.
+            events::info(
+                events::UNCHANGED,
+                &self.target,
+                &format!(
+                    "target {} is staged with finalization locked; `pivot finalize` lets the next reboot apply it",
+                    self.image
+                ),
+            );
             return Ok(Outcome::Unchanged);
         }
         events::info(

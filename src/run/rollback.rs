@@ -25,12 +25,18 @@ pub fn run(sysroot_path: &Path) -> Result<Report> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
     let done = rollback::rollback(&sysroot)?;
     let state_file = StateFile::for_stateroot(sysroot_path, &done.stateroot);
+    // What the first-boot pivot would read at the next boot: the pullspec file of the
+    // deployment now the default (its /etc may still name the target the node left).
+    let pullspec_file = std::fs::read_to_string(done.to_etc.join(super::PULLSPEC_FILE))
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
     let recorded = state_file.load().and_then(|mut state| {
         state.rollback = Some(state::Rollback {
             at: state::now(),
             from: done.from.clone(),
             to: done.to.clone(),
-            held: state.target.clone(),
+            held: pullspec_file.or(state.target.clone()),
         });
         state_file.save(&state)
     });

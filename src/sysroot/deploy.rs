@@ -6,9 +6,11 @@
 use anyhow::{Context, Result};
 use ostree::{gio, glib};
 
+use std::path::Path;
+
 use crate::sysroot::deployments::{
     NATIVE_LAYOUT_TRANSPORT, NATIVE_ORIGIN_TRANSPORT, ORIGIN_SCHEME, REMOTE_ORIGIN_TRANSPORT,
-    SIGNED_ORIGIN_TRANSPORT,
+    SIGNED_ORIGIN_TRANSPORT, STAGED_LOCKED,
 };
 use crate::api::status::Verification;
 use crate::trust::Verified;
@@ -159,6 +161,7 @@ pub fn deploy(
     commit: &str,
     origin: &glib::KeyFile,
     kargs: &[Edit],
+    lock_finalization: bool,
 ) -> Result<Deployed> {
     let cancellable = gio::Cancellable::NONE;
     let merge = sysroot.merge_deployment(Some(stateroot));
@@ -180,20 +183,33 @@ pub fn deploy(
         .map(|a| a.iter().map(String::as_str).collect());
     let opts = ostree::SysrootDeployTreeOpts {
         override_kernel_argv: argv_refs.as_deref(),
+        // libostree leaves /run/ostree/staged-deployment-locked: ostree-finalize-staged then
+        // skips the deployment at shutdown until `pivot finalize` removes the file.
+        locked: lock_finalization,
         ..Default::default()
     };
     let booted = sysroot.booted_deployment().is_some();
+    // libostree 2022.7 does not write the lock itself (later ones do, for `locked`): made before
+    // staging, as rpm-ostree did, so that no moment has the deployment staged and unlocked.
+    let lock = lock_finalization && booted;
+    if lock {
+        std::fs::create_dir_all(Path::new(STAGED_LOCKED).parent().expect("a parent"))
+            .and_then(|()| std::fs::write(STAGED_LOCKED, b""))
+            .with_context(|| format!("writing {STAGED_LOCKED}"))?;
+    }
     let new = if booted {
-        sysroot
-            .stage_tree_with_options(
+        let staged = sysroot.stage_tree_with_options(
                 Some(stateroot),
                 commit,
                 Some(origin),
                 merge.as_ref(),
                 &opts,
                 cancellable,
-            )
-            .context("staging the deployment")?
+            );
+        if staged.is_err() && lock {
+            let _ = std::fs::remove_file(STAGED_LOCKED);
+        }
+        staged.context("staging the deployment")?
     } else {
         let new = sysroot
             .deploy_tree_with_options(

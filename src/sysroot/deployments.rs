@@ -10,6 +10,10 @@ use ostree::{gio, glib};
 use crate::api::status::Verification;
 use crate::import::store::ContainerCommit;
 
+/// Where libostree marks the staged deployment locked (`--lock-finalization`);
+/// ostree-finalize-staged skips a deployment while it exists.
+pub const STAGED_LOCKED: &str = "/run/ostree/staged-deployment-locked";
+
 /// The scheme of the origin's `custom-url`, as openshift/pivot wrote it.
 pub const ORIGIN_SCHEME: &str = "pivot://";
 /// The transport of an ostree-native deployment's `container-image-reference`, as bootc and
@@ -37,6 +41,7 @@ pub struct DeploymentInfo {
     pub timestamp: Option<u64>,
     pub booted: bool,
     pub staged: bool,
+    pub finalization_locked: bool,
     pub default: bool,
     pub rollback: bool,
     pub verification: Option<Verification>,
@@ -132,6 +137,8 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
                 serial: d.deployserial(),
                 booted: booted.as_ref().is_some_and(|b| b.equal(d)),
                 staged: d.is_staged(),
+                // Staged deployments exist only on the booted system, whose /run this is.
+                finalization_locked: d.is_staged() && Path::new(STAGED_LOCKED).exists(),
                 default: Some(i) == default_idx,
                 rollback: Some(i) == rollback_idx,
                 verification: origin.as_ref().and_then(verification),

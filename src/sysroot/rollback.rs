@@ -11,6 +11,8 @@
 
 use anyhow::{Context, Result};
 use ostree::gio;
+use ostree::gio::prelude::FileExt;
+use ostree::glib::prelude::ObjectType;
 
 use crate::sysroot::deploy::SysrootLock;
 
@@ -24,6 +26,8 @@ pub struct RolledBack {
     pub to: String,
     /// Whether the sysroot is the running system (a reboot then starts `to`).
     pub booted: bool,
+    /// The /etc of `to`, as it will boot.
+    pub to_etc: std::path::PathBuf,
 }
 
 /// One deployment as the order computation sees it.
@@ -70,24 +74,55 @@ pub fn rollback(sysroot: &ostree::Sysroot) -> Result<RolledBack> {
         .load(gio::Cancellable::NONE)
         .context("loading the sysroot")?;
     let deployments = sysroot.deployments();
+    let booted_now = sysroot.booted_deployment();
     let names: Vec<String> = deployments.iter().map(|d| d.osname().to_string()).collect();
     let slots: Vec<Slot> = deployments
         .iter()
         .zip(&names)
         .map(|(d, name)| Slot {
             stateroot: name,
-            booted: sysroot
-                .booted_deployment()
-                .is_some_and(|b| b.equal(d)),
+            booted: booted_now.as_ref().is_some_and(|b| b.equal(d)),
             staged: d.is_staged(),
         })
         .collect();
     let (order, from, to) = rolled_back_order(&slots).map_err(anyhow::Error::msg)?;
-    let new: Vec<ostree::Deployment> = order.iter().map(|&i| deployments[i].clone()).collect();
+    // The same objects, not copies: libostree 2022.7 finds the booted deployment in the new
+    // list by pointer (and ostree::Deployment's inherent `clone` is ostree_deployment_clone).
+    let booted = sysroot.booted_deployment();
+    let new: Vec<ostree::Deployment> = order
+        .iter()
+        .map(|&i| Clone::clone(&deployments[i]))
+        .collect();
+    let describe = |list: &[ostree::Deployment]| {
+        list.iter()
+            .map(|d| {
+                let booted = booted.as_ref().is_some_and(|b| b.as_ptr() == d.as_ptr());
+                format!(
+                    "{}:{}.{}{}",
+                    d.osname(),
+                    &d.csum()[..12],
+                    d.deployserial(),
+                    if booted { " (booted)" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     sysroot
         .write_deployments(&new, gio::Cancellable::NONE)
-        .context("writing the boot order")?;
+        .with_context(|| {
+            format!(
+                "writing the boot order [{}] (was [{}])",
+                describe(&new),
+                describe(&deployments)
+            )
+        })?;
+    let root = sysroot.path().path().unwrap_or_default();
+    let to_etc = root
+        .join(sysroot.deployment_dirpath(&deployments[to]).as_str())
+        .join("etc");
     Ok(RolledBack {
+        to_etc,
         stateroot: names[to].clone(),
         from: deployments[from].csum().to_string(),
         to: deployments[to].csum().to_string(),

@@ -39,9 +39,19 @@ pub struct Machine {
 impl Machine {
     /// Powers on a VM booting `disk`; logs and sockets go to `dir`.
     pub fn start(dir: &Path, disk: &Path, registry_port: u16) -> Result<Machine> {
+        Machine::start_forwarding(dir, disk, registry_port, &[])
+    }
+
+    /// [`Machine::start`], with more guest addresses forwarded to host loopback ports.
+    pub fn start_forwarding(
+        dir: &Path,
+        disk: &Path,
+        registry_port: u16,
+        forwards: &[(&str, u16)],
+    ) -> Result<Machine> {
         let accel = Accel::get();
         let paths = Paths::new(dir);
-        let (qemu, stream) = Qemu::start(disk, &paths, registry_port, accel)?;
+        let (qemu, stream) = Qemu::start(disk, &paths, registry_port, forwards, accel)?;
         let agent = Agent::new(stream)?;
         Ok(Machine {
             qemu,
@@ -179,10 +189,16 @@ impl Machine {
 
     /// `systemctl reboot`, then waits for the next boot.
     pub fn reboot(&mut self, timeout: Duration) -> Result<Boot> {
+        self.reboot_by("systemctl reboot", timeout)
+    }
+
+    /// Sends `script`, which reboots the guest (its answer may never come), and waits for the
+    /// next boot.
+    pub fn reboot_by(&mut self, script: &str, timeout: Duration) -> Result<Boot> {
         let boot = self.boot().id.clone();
         self.since = Instant::now();
         self.console_mark = self.console_len();
-        self.agent.send(&boot, "systemctl reboot")?;
+        self.agent.send(&boot, script)?;
         self.wait_boot(timeout)
     }
 

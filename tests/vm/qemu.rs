@@ -22,6 +22,8 @@ use anyhow::{bail, Context, Result};
 
 /// Where the guest finds the registry (see guest/registries.conf).
 pub const GUEST_REGISTRY: &str = "10.0.2.100:5000";
+/// Where the guest finds the test kit's FleetLock server, when a scenario forwards it.
+pub const GUEST_FLEETLOCK: &str = "10.0.2.101:8080";
 const MEMORY_MB: &str = "1536";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,19 +164,25 @@ pub struct Qemu {
 
 impl Qemu {
     /// `registry_port`: the host's 127.0.0.1 port behind [`GUEST_REGISTRY`].
-    /// Returns once QEMU listens on the agent socket, with the host's end of it.
+    /// Returns once QEMU listens on the agent socket, with the host's end of it. `forwards`:
+    /// more guest addresses (`ip:port`) and the host loopback ports behind them.
     pub fn start(
         disk: &Path,
         paths: &Paths,
         registry_port: u16,
+        forwards: &[(&str, u16)],
         accel: Accel,
     ) -> Result<(Qemu, UnixStream)> {
         let _ = fs::remove_file(&paths.agent);
-        let port = registry_port;
-        let (host, guest_port) = GUEST_REGISTRY.split_once(':').unwrap();
-        let netdev = format!(
-            "user,id=n0,restrict=on,guestfwd=tcp:{host}:{guest_port}-cmd:socat - TCP:127.0.0.1:{port}"
-        );
+        let mut netdev = "user,id=n0,restrict=on".to_string();
+        for (guest, port) in
+            std::iter::once((GUEST_REGISTRY, registry_port)).chain(forwards.iter().copied())
+        {
+            let (host, guest_port) = guest.split_once(':').expect("ip:port");
+            netdev.push_str(&format!(
+                ",guestfwd=tcp:{host}:{guest_port}-cmd:socat - TCP:127.0.0.1:{port}"
+            ));
+        }
         let log = fs::File::create(&paths.qemu_log)?;
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args(["-machine", "pc", "-m", MEMORY_MB, "-smp", "2"])
