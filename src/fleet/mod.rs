@@ -35,6 +35,16 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 /// Reboots into the staged update as `strategy` says; `etc` is the running system's `/etc`.
 /// Returns once the reboot was asked for, or when the strategy leaves it to someone else.
 pub async fn reboot(strategy: &Strategy, etc: &Path, target: &Target) -> Result<()> {
+    reboot_or_leave(strategy, etc, target, Path::new(SENTINEL)).await
+}
+
+/// [`reboot()`], with kured's sentinel at `sentinel`.
+async fn reboot_or_leave(
+    strategy: &Strategy,
+    etc: &Path,
+    target: &Target,
+    sentinel: &Path,
+) -> Result<()> {
     match strategy {
         Strategy::Immediate => reboot::reboot(target, "rebooting into the new deployment"),
         Strategy::Never => {
@@ -44,10 +54,11 @@ pub async fn reboot(strategy: &Strategy, etc: &Path, target: &Target) -> Result<
             Ok(())
         }
         Strategy::Sentinel => {
-            std::fs::write(SENTINEL, b"")
-                .with_context(|| format!("writing the reboot sentinel {SENTINEL}"))?;
+            std::fs::write(sentinel, b"")
+                .with_context(|| format!("writing the reboot sentinel {}", sentinel.display()))?;
             tracing::info!(
-                "not rebooting (reboot strategy sentinel): wrote {SENTINEL}, for kured to drain and reboot the node"
+                "not rebooting (reboot strategy sentinel): wrote {}, for kured to drain and reboot the node",
+                sentinel.display()
             );
             Ok(())
         }
@@ -120,5 +131,43 @@ pub async fn steady_state(strategy: &Strategy, etc: &Path, budget: Duration) -> 
         );
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(MAX_WAIT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(strategy: &Strategy, sentinel: &Path) -> Result<()> {
+        let etc = tempfile::tempdir().unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(reboot_or_leave(strategy, etc.path(), &Target::default(), sentinel))
+    }
+
+    #[test]
+    fn sentinel_and_never_leave_the_reboot_to_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let sentinel = dir.path().join("reboot-required");
+        run(&Strategy::Never, &sentinel).unwrap();
+        assert!(!sentinel.exists(), "never wrote the sentinel");
+        run(&Strategy::Sentinel, &sentinel).unwrap();
+        assert!(sentinel.exists(), "sentinel did not write kured's file");
+        // A sentinel that cannot be written is an error, not a silent reboot or nothing.
+        let err = run(&Strategy::Sentinel, &dir.path().join("missing/reboot-required"));
+        assert!(format!("{:#}", err.unwrap_err()).contains("reboot sentinel"));
+    }
+
+    #[test]
+    fn fleet_lock_needs_the_machine_id_before_it_asks_anyone() {
+        let lock = config::FleetLock {
+            base_url: "http://127.0.0.1:9".into(),
+            group: "default".into(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let err = run(&Strategy::FleetLock(lock), &dir.path().join("s")).unwrap_err();
+        assert!(format!("{err:#}").contains("machine-id"), "{err:#}");
     }
 }
