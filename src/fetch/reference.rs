@@ -215,9 +215,11 @@ fn parse_layout(spec: &str, rest: &str, transport: Transport) -> Result<ImageRef
     };
     let kind = &transport.prefix()[..transport.prefix().len() - 1];
     ensure!(!path.is_empty(), "{kind} reference {spec:?} names no path");
+    // A control character (NUL, CR, …) is never part of a path someone means, and surrounding
+    // whitespace is trimmed from pullspecs: such a path would not read back as itself.
     ensure!(
-        !path.contains('\0'),
-        "{kind} reference {spec:?} contains a NUL character"
+        !path.chars().any(char::is_control),
+        "{kind} reference {spec:?} contains a control character"
     );
     if let Some(tag) = tag {
         validate_tag(tag)?;
@@ -395,6 +397,8 @@ mod tests {
         assert!(err("library/fedora").contains("\"library\" is not a registry host"));
         assert!(err("docker-archive:/tmp/x").contains("unsupported transport \"docker-archive\""));
         assert!(err("oci:").contains("oci reference \"oci:\" names no path"));
+        assert!(err("oci:\r/.").contains("contains a control character"));
+        assert!(err("oci:/srv/os\t:v2").contains("contains a control character"));
         assert!(err("oci-archive::v1").contains("names no path"));
         assert!(err("oci:/srv/os:-bad").contains("tag \"-bad\""));
         assert!(err("oci:/srv/os@sha256:abc").contains("64 lowercase hex"));
