@@ -98,7 +98,7 @@ impl Config {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
             let drop_in: DropIn = toml::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("{}: {}", file.display(), one_line(&e.to_string()))
+                anyhow::anyhow!("{}: {}", file.display(), crate::node::logging::one_line(&e.to_string()))
             })?;
             let Some(reboot) = drop_in.reboot else { continue };
             strategy = reboot.strategy.or(strategy);
@@ -147,11 +147,6 @@ impl Config {
     }
 }
 
-/// toml's messages quote the offending line over several lines; a refusal is one.
-fn one_line(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    lines.join(" ")
-}
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,13 @@ use std::io::IsTerminal;
 use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::prelude::*;
 
+/// A multi-line message (libostree's signature report, toml's error with the quoted line) as one
+/// line: a refusal is one line, in the terminal and the journal alike.
+pub fn one_line(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines.join("; ")
+}
+
 pub fn init() {
     let filter =
         EnvFilter::try_from_env("PIVOT_LOG").unwrap_or_else(|_| EnvFilter::new("warn,pivot=info"));

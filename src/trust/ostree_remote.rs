@@ -51,16 +51,11 @@ pub fn verify_commit(repo: &ostree::Repo, remote: &str, commit: &str) -> Result<
         &signatures.data_as_bytes(),
         ostree::RepoVerifyFlags::empty(),
     )
-    .map_err(|e| refused(one_line(e.message())))?;
+    .map_err(|e| refused(crate::node::logging::one_line(e.message())))?;
     tracing::info!("commit {commit} is signed by a key of the ostree remote {remote}");
     Ok(())
 }
 
-/// libostree describes a signature over several lines; a refusal is one.
-fn one_line(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    lines.join("; ")
-}
 
 /// A boolean option of a remote (default false), as libostree reads it: from the repo's config
 /// or the sysroot's `remotes.d`. (The crate binds no getter for it.)
