@@ -292,8 +292,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                 Verdict::Nothing => Exit::Success,
             };
             // Whatever the verdict, the node is up: it gives back any reboot slot it holds.
-            let etc = run::system_etc(&args.sysroot)?;
-            let config = Config::load(&etc)?;
+            let (etc, config) = system_config(&args.sysroot)?;
             let budget = Duration::from_secs(args.retry_timeout);
             fleet::steady_state(&config.strategy, &etc, budget).await?;
             Ok(exit)
@@ -311,8 +310,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                 ),
             }
             if args.reboot {
-                let etc = run::system_etc(&args.sysroot)?;
-                let config = Config::load(&etc)?;
+                let (etc, config) = system_config(&args.sysroot)?;
                 let target = events::Target {
                     commit: unlocked.commit,
                     ..Default::default()
@@ -358,6 +356,13 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
         }
         None => run_pivot(cli.pivot, progress).await,
     }
+}
+
+/// The /etc of the system on `sysroot` that runs (or boots next) and its pivot configuration.
+fn system_config(sysroot: &std::path::Path) -> Result<(PathBuf, Config)> {
+    let etc = run::system_etc(sysroot)?;
+    let config = Config::load(&etc)?;
+    Ok((etc, config))
 }
 
 async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
