@@ -14,10 +14,11 @@ use crate::fetch::config::auth::AuthFiles;
 use crate::fetch::registry::Access;
 use crate::fetch::retry::{self, RetryPolicy};
 use crate::fleet::{self, config::Config};
-use crate::node::confirm::{self, Verdict};
+use crate::node::confirm::Verdict;
 use crate::node::events;
 use crate::node::progress::Progress;
 use crate::node::{logging, reboot, status};
+use crate::run::confirm::Done;
 use crate::run::{self, Outcome};
 use crate::sysroot::kargs::Edit;
 
@@ -25,7 +26,7 @@ use crate::sysroot::kargs::Edit;
 pub const EXIT_STATUS: &str = "\
 Exit status:
   0   done: a deployment was made, or nothing was to be done; with --check, an update is available
-  1   failed: the message names the step and the cause (pivot confirm: the last pivot did not take effect)
+  1   failed: the message names the step and the cause (pivot confirm: the last pivot did not take effect, or a health check failed)
   2   usage error
   77  nothing to do, with --unchanged-exit-77 or --check";
 
@@ -52,7 +53,10 @@ pub enum Command {
     Status(StatusArgs),
     /// At boot: record whether the node runs what the last pivot deployed (pivot-confirm.service).
     ///
-    /// Exits 1 when it does not, with the reason, which `pivot status` then shows too.
+    /// On the first boot of a target, runs the health checks in /etc/pivot/health.d; when one
+    /// fails, makes the previous deployment the default and reboots into it (once per target).
+    /// Exits 1 when the node does not run the target, or a check failed, with the reason, which
+    /// `pivot status` then shows too.
     Confirm(ConfirmArgs),
     /// Make the previous deployment the default again (an update pending on the booted system
     /// is dropped instead), as `rpm-ostree rollback` does.
@@ -258,45 +262,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             }
             Ok(Exit::Success)
         }
-        Some(Command::Confirm(args)) => {
-            let sysroot = args.sysroot.clone();
-            let verdict = tokio::task::spawn_blocking(move || confirm::confirm(&sysroot)).await??;
-            let exit = match verdict {
-                Verdict::Confirmed { target } => {
-                    let message = format!(
-                        "confirmed: the node runs {}, which pivot deployed",
-                        target.commit
-                    );
-                    events::info(events::CONFIRMED, &target, &message);
-                    Exit::Success
-                }
-                Verdict::NotRunning { target, reason } => {
-                    let message = format!("the last pivot did not take effect: {reason}");
-                    events::error(events::NOT_CONFIRMED, &target, &message);
-                    Exit::Failure
-                }
-                Verdict::LockedDropped { target, pinned } => {
-                    events::info(
-                        events::UNCHANGED,
-                        &target,
-                        &format!("the node rebooted before `pivot finalize`: staging {pinned} again, locked"),
-                    );
-                    let opts = run::Options {
-                        pullspec: Some(pinned),
-                        lock_finalization: true,
-                        ..run::Options::offline(&args.sysroot)
-                    };
-                    run::run(&opts).await?;
-                    Exit::Success
-                }
-                Verdict::Nothing => Exit::Success,
-            };
-            // Whatever the verdict, the node is up: it gives back any reboot slot it holds.
-            let (etc, config) = system_config(&args.sysroot)?;
-            let budget = Duration::from_secs(args.retry_timeout);
-            fleet::steady_state(&config.strategy, &etc, budget).await?;
-            Ok(exit)
-        }
+        Some(Command::Confirm(args)) => confirm(args).await,
         Some(Command::Finalize(args)) => {
             let sysroot = args.sysroot.clone();
             let unlocked =
@@ -359,6 +325,99 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
 }
 
 /// The /etc of the system on `sysroot` that runs (or boots next) and its pivot configuration.
+/// `pivot confirm`: the verdict, the health checks, and a rollback when they fail
+/// ([`crate::run::confirm`]).
+async fn confirm(args: ConfirmArgs) -> Result<Exit> {
+    // A mistake in the configuration must not keep the verdict from being recorded: it fails
+    // the unit after the verdict, with the checks bounded by the default.
+    let loaded = system_config(&args.sysroot);
+    let timeout = loaded
+        .as_ref()
+        .map(|(_, c)| c.health_timeout)
+        .unwrap_or(crate::node::health::DEFAULT_TIMEOUT);
+    let sysroot = args.sysroot.clone();
+    let done =
+        tokio::task::spawn_blocking(move || run::confirm::confirm(&sysroot, timeout)).await??;
+    let exit = match done {
+        Done::Verdict(Verdict::Confirmed { target }) => {
+            let message = format!(
+                "confirmed: the node runs {}, which pivot deployed",
+                target.commit
+            );
+            events::info(events::CONFIRMED, &target, &message);
+            Exit::Success
+        }
+        Done::Verdict(Verdict::NotRunning { target, reason }) => {
+            let message = format!("the last pivot did not take effect: {reason}");
+            events::error(events::NOT_CONFIRMED, &target, &message);
+            Exit::Failure
+        }
+        Done::Verdict(Verdict::LockedDropped { target, pinned }) => {
+            events::info(
+                events::UNCHANGED,
+                &target,
+                &format!(
+                    "the node rebooted before `pivot finalize`: staging {pinned} again, locked"
+                ),
+            );
+            let opts = run::Options {
+                pullspec: Some(pinned),
+                lock_finalization: true,
+                ..run::Options::offline(&args.sysroot)
+            };
+            run::run(&opts).await?;
+            Exit::Success
+        }
+        Done::Verdict(Verdict::Nothing) => Exit::Success,
+        Done::HealthFailed {
+            target,
+            failure,
+            rolled_back_to,
+            why_not,
+            booted,
+        } => {
+            let what = failure.summary();
+            match (&rolled_back_to, &why_not) {
+                (Some(to), _) => {
+                    events::health_failed(
+                        &target,
+                        &failure.check,
+                        &format!("{what}: rolling back to {to}"),
+                    );
+                    if booted {
+                        // Still down for the update: the FleetLock slot is kept until the
+                        // node runs the previous deployment.
+                        reboot::reboot(&target, "rebooting into the previous deployment")?;
+                        return Ok(Exit::Failure);
+                    }
+                }
+                (None, why) => events::health_failed(
+                    &target,
+                    &failure.check,
+                    &format!(
+                        "{what}; not rolling back: {}",
+                        why.as_deref().unwrap_or("no deployment to go back to")
+                    ),
+                ),
+            }
+            Exit::Failure
+        }
+        Done::RolledBack { target, reason } => {
+            events::warn(
+                events::AUTO_ROLLED_BACK,
+                &target,
+                &format!("rolled back from {}: {reason}", target.commit),
+            );
+            Exit::Success
+        }
+    };
+    // Whatever the verdict, the node is up: it gives back any reboot slot it holds.
+    let (etc, config) = loaded?;
+    let budget = Duration::from_secs(args.retry_timeout);
+    fleet::steady_state(&config.strategy, &etc, budget).await?;
+    Ok(exit)
+}
+
 fn system_config(sysroot: &std::path::Path) -> Result<(PathBuf, Config)> {
     let etc = run::system_etc(sysroot)?;
     let config = Config::load(&etc)?;
@@ -397,9 +456,11 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         Outcome::Staged | Outcome::Deployed => true,
         Outcome::Unchanged | Outcome::Confirmed => report.reboot_pending || reboot::is_needed(),
         // Named, so that a new outcome has to be decided here too.
-        Outcome::UpdateAvailable | Outcome::Downloaded | Outcome::Running | Outcome::Failed => {
-            false
-        }
+        Outcome::UpdateAvailable
+        | Outcome::Downloaded
+        | Outcome::Running
+        | Outcome::Failed
+        | Outcome::RolledBack => false,
     };
     if args.reboot && reboot_owed {
         // The state file counts attempts so that a target that keeps failing is given up on;

@@ -29,10 +29,15 @@ pub enum Outcome {
     Confirmed,
     /// The run failed, or the node booted without the deployment pivot made; `error` says why.
     Failed,
+    /// The node booted what pivot deployed and was taken back to the deployment before it by
+    /// itself: a health check failed there (`health` in the status says which), or on GRUB the
+    /// target never came up and the bootloader fell back. Set by `pivot confirm` at the boot
+    /// that runs the previous deployment again.
+    RolledBack,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Running,
         Outcome::Staged,
         Outcome::Deployed,
@@ -41,6 +46,7 @@ impl Outcome {
         Outcome::UpdateAvailable,
         Outcome::Confirmed,
         Outcome::Failed,
+        Outcome::RolledBack,
     ];
 
     /// The value as every output spells it.
@@ -54,6 +60,7 @@ impl Outcome {
             Outcome::UpdateAvailable => "update-available",
             Outcome::Confirmed => "confirmed",
             Outcome::Failed => "failed",
+            Outcome::RolledBack => "rolled-back",
         }
     }
 

@@ -123,6 +123,27 @@ pub struct PivotState {
     /// none and by a pivot that ends on a target (bootc's `cachedUpdate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_update: Option<CachedUpdate>,
+    /// The last health check that failed at the first boot of a target, until a later target
+    /// passes its checks.
+    pub health: Option<HealthFailure>,
+}
+
+/// A health check (`/etc/pivot/health.d`) that failed on a target pivot deployed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HealthFailure {
+    /// When, in seconds since the Unix epoch.
+    pub at: u64,
+    /// The target's commit.
+    pub commit: String,
+    /// The check's file name under `/etc/pivot/health.d`.
+    pub check: String,
+    /// How it failed: `failed (exit status 1)`, `timed out after 300 s`, ...
+    pub how: String,
+    /// The end of its output (stdout and stderr), at most 2 KiB.
+    pub output_tail: String,
+    /// The commit pivot rolled back to, or none when it did not (it rolls back from a target
+    /// once only, or there was no deployment to go back to).
+    pub rolled_back_to: Option<String>,
 }
 
 /// An update `pivot --check` found available.

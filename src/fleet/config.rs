@@ -10,6 +10,9 @@
 //! [reboot.fleet_lock]
 //! base_url = "http://fleetlock.example.com:8080/"
 //! group = "workers"              # default "default"
+//!
+//! [health]
+//! timeout = 300                  # seconds one /etc/pivot/health.d check may run (default 300)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -43,17 +46,37 @@ pub struct FleetLock {
     pub group: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub strategy: Strategy,
+    /// How long one health check may run ([`crate::node::health`]).
+    pub health_timeout: std::time::Duration,
     /// The drop-ins read, in order (for messages).
     pub files: Vec<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            strategy: Strategy::default(),
+            health_timeout: crate::node::health::DEFAULT_TIMEOUT,
+            files: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DropIn {
     reboot: Option<RebootSection>,
+    health: Option<HealthSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HealthSection {
+    /// Seconds.
+    timeout: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,12 +117,21 @@ impl Config {
         files.retain(|p| p.extension().is_some_and(|e| e == "toml"));
         files.sort();
         let (mut strategy, mut base_url, mut group) = (None, None, None);
+        let mut health_timeout = None;
         for file in &files {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
             let drop_in: DropIn = toml::from_str(&text).map_err(|e| {
                 anyhow::anyhow!("{}: {}", file.display(), crate::node::logging::one_line(&e.to_string()))
             })?;
+            if let Some(timeout) = drop_in.health.and_then(|h| h.timeout) {
+                ensure!(
+                    timeout > 0,
+                    "{}: health.timeout must be at least 1 (seconds)",
+                    file.display()
+                );
+                health_timeout = Some(std::time::Duration::from_secs(timeout));
+            }
             let Some(reboot) = drop_in.reboot else { continue };
             strategy = reboot.strategy.or(strategy);
             if let Some(fleet_lock) = reboot.fleet_lock {
@@ -143,7 +175,11 @@ impl Config {
                 })
             }
         };
-        Ok(Config { strategy, files })
+        Ok(Config {
+            strategy,
+            health_timeout: health_timeout.unwrap_or(crate::node::health::DEFAULT_TIMEOUT),
+            files,
+        })
     }
 }
 
@@ -192,6 +228,19 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(config.strategy, Strategy::Sentinel);
+    }
+
+    #[test]
+    fn the_health_check_bound_is_read_in_seconds() {
+        use std::time::Duration;
+        let etc = tempfile::tempdir().unwrap();
+        let config = Config::load(etc.path()).unwrap();
+        assert_eq!(config.health_timeout, Duration::from_secs(300));
+        let config = load(&[("10-health.toml", "[health]\ntimeout = 45\n")]).unwrap();
+        assert_eq!(config.health_timeout, Duration::from_secs(45));
+        assert_eq!(config.strategy, Strategy::Immediate);
+        let e = format!("{:#}", load(&[("10-h.toml", "[health]\ntimeout = 0\n")]).unwrap_err());
+        assert!(e.contains("10-h.toml") && e.contains("health.timeout"), "{e}");
     }
 
     #[test]

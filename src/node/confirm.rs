@@ -29,8 +29,10 @@ pub enum Verdict {
 }
 
 /// Checks the stateroot that runs (the booted one; on a sysroot that is not booted, the default
-/// deployment's, which is what would boot) and records the verdict in its state file.
-pub fn confirm(sysroot_path: &Path) -> Result<Verdict> {
+/// deployment's, which is what would boot) and records the verdict in its state file, but a
+/// `confirmed` only with `record_confirmed`: a caller with health checks to run records it once
+/// they pass, so a boot cut short during them runs them again.
+pub fn confirm(sysroot_path: &Path, record_confirmed: bool) -> Result<Verdict> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
     let list = deployments::list(&sysroot)?;
     let Some(running) = list
@@ -71,6 +73,9 @@ pub fn confirm(sysroot_path: &Path) -> Result<Verdict> {
         }
     }
     let verdict = if running.checksum == commit {
+        if !record_confirmed {
+            return Ok(Verdict::Confirmed { target });
+        }
         last.outcome = Outcome::Confirmed;
         last.error = None;
         Verdict::Confirmed { target }

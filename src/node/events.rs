@@ -21,6 +21,13 @@ pub const CONFIRMED: &str = "4b15d57b6bed4ef3bd2d3b7f8f176683";
 pub const NOT_CONFIRMED: &str = "baf39e18075840dcb272a415d00a499d";
 /// `pivot rollback` made the previous deployment the default (`PIVOT_COMMIT`: the one now).
 pub const ROLLED_BACK: &str = "11006b664a1a451daee840bdfe58f3d3";
+/// `pivot confirm`: a health check failed on the target pivot deployed (`PIVOT_CHECK` names
+/// it; the message says whether the node rolls back).
+pub const HEALTH_FAILED: &str = "d7baf674708f46c7b0fcf27da152b6c2";
+/// `pivot confirm`, at the boot after pivot took the node back by itself (a failed health
+/// check, or GRUB's fallback from a target that never came up): the node runs the previous
+/// deployment (`PIVOT_COMMIT`: the target it left).
+pub const AUTO_ROLLED_BACK: &str = "eb1d269a9c90402fb66fbbb12808bf54";
 /// A pivot run ended (every run, whatever became of it): `PIVOT_OUTCOME` is its
 /// [`Outcome`], spelled as in the state file and the progress stream.
 pub const FINISHED: &str = "687702fcdd384f08810e7896cb57e3a7";
@@ -35,9 +42,9 @@ pub struct Target {
     pub version: String,
 }
 
-/// One event at `level`, with the target's fields.
+/// One event at `level`, with the target's fields and any more `pivot_*` fields.
 macro_rules! event {
-    ($level:expr, $id:expr, $target:expr, $message:expr) => {
+    ($level:expr, $id:expr, $target:expr, $message:expr $(, $field:ident = $value:expr)*) => {
         tracing::event!(
             $level,
             message_id = $id,
@@ -45,6 +52,7 @@ macro_rules! event {
             pivot_digest = $target.digest.as_str(),
             pivot_commit = $target.commit.as_str(),
             pivot_version = $target.version.as_str(),
+            $($field = $value,)*
             "{}",
             $message
         )
@@ -55,20 +63,33 @@ pub fn info(id: &str, target: &Target, message: &str) {
     event!(tracing::Level::INFO, id, target, message);
 }
 
+pub fn warn(id: &str, target: &Target, message: &str) {
+    event!(tracing::Level::WARN, id, target, message);
+}
+
 pub fn error(id: &str, target: &Target, message: &str) {
     event!(tracing::Level::ERROR, id, target, message);
 }
 
+/// The [`HEALTH_FAILED`] event: `check` in `PIVOT_CHECK`.
+pub fn health_failed(target: &Target, check: &str, message: &str) {
+    event!(
+        tracing::Level::ERROR,
+        HEALTH_FAILED,
+        target,
+        message,
+        pivot_check = check
+    );
+}
+
 /// The [`FINISHED`] event of a run that ended with `outcome`.
 pub fn finished(target: &Target, outcome: Outcome) {
-    tracing::info!(
-        message_id = FINISHED,
-        pivot_image = target.image.as_str(),
-        pivot_digest = target.digest.as_str(),
-        pivot_commit = target.commit.as_str(),
-        pivot_version = target.version.as_str(),
-        pivot_outcome = outcome.as_str(),
-        "pivot run ended: {outcome}"
+    event!(
+        tracing::Level::INFO,
+        FINISHED,
+        target,
+        format!("pivot run ended: {outcome}"),
+        pivot_outcome = outcome.as_str()
     );
 }
 

@@ -31,6 +31,25 @@ pub struct State {
     pub rollback: Option<Rollback>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_update: Option<CachedUpdate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthFailure>,
+    /// Targets (commits) pivot rolled the node back from by itself, newest last: each at most
+    /// once, so a target that fails again stays, failed, instead of looping.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub auto_rolled_back: Vec<String>,
+}
+
+/// Kept in [`State::auto_rolled_back`]: enough for any realistic run of bad targets.
+pub const AUTO_ROLLED_BACK_KEPT: usize = 32;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HealthFailure {
+    pub at: u64,
+    pub commit: String,
+    pub check: String,
+    pub how: String,
+    pub output_tail: String,
+    pub rolled_back_to: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -194,8 +213,7 @@ mod tests {
             target: Some("quay.io/os:1".into()),
             attempts: 2,
             last: Some(Attempt::new("quay.io/os:1", PullspecSource::File)),
-            rollback: None,
-            cached_update: None,
+            ..State::default()
         };
         state.last.as_mut().unwrap().error = Some("boom".into());
         file.save(&state).unwrap();
@@ -264,8 +282,7 @@ mod tests {
                             )),
                             attempts: i,
                             last: Some(Attempt::new("quay.io/os:1", PullspecSource::File)),
-                            rollback: None,
-                            cached_update: None,
+                            ..State::default()
                         };
                         file.save(&state).unwrap();
                         file.load().expect("every reader sees a whole state");

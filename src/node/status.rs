@@ -82,6 +82,14 @@ pub(crate) fn published(state: state_file::State) -> PivotState {
             version: u.version,
             checked: u.checked,
         }),
+        health: state.health.map(|h| status::HealthFailure {
+            at: h.at,
+            commit: h.commit,
+            check: h.check,
+            how: h.how,
+            output_tail: h.output_tail,
+            rolled_back_to: h.rolled_back_to,
+        }),
     }
 }
 
@@ -165,6 +173,22 @@ pub fn render(status: &Status) -> String {
             field(&mut out, "From", &rollback.from);
             if let Some(held) = &rollback.held {
                 field(&mut out, "Holding", &format!("{held} (until /etc/pivot/image-pullspec changes)"));
+            }
+        }
+        if let Some(health) = &state.health {
+            let _ = writeln!(
+                out,
+                "\nFailed health check ({stateroot}): {}",
+                format_utc(health.at)
+            );
+            field(&mut out, "Check", &format!("{} {}", health.check, health.how));
+            field(&mut out, "Commit", &health.commit);
+            match &health.rolled_back_to {
+                Some(to) => field(&mut out, "Rolled back to", to),
+                None => field(&mut out, "Rolled back to", "(none: the node stays on it)"),
+            }
+            for line in health.output_tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev() {
+                field(&mut out, "Output", line);
             }
         }
         let Some(last) = &state.last else { continue };
@@ -313,6 +337,14 @@ mod golden {
                 image: format!("quay.io/os/node@sha256:{}", "f".repeat(64)),
                 version: Some("4".into()),
                 checked: 1_796_051_000,
+            }),
+            health: Some(status::HealthFailure {
+                at: 1_795_500_000,
+                commit: "5".repeat(64),
+                check: "50-kubelet-deps".into(),
+                how: "failed (exit status 1)".into(),
+                output_tail: "crio.service: inactive\nno route to api.cluster:6443".into(),
+                rolled_back_to: Some("2".repeat(64)),
             }),
         };
         Status {

@@ -9,6 +9,7 @@
 //! limited, and removing the state file resets the count.
 
 mod check;
+pub mod confirm;
 pub(crate) mod job;
 mod layer;
 mod local;
@@ -172,6 +173,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
         reboot_pending: false,
         unrecorded: None,
         found: None,
+        held: false,
     };
     let result = run.pivot().await;
     run.attempt.outcome = match &result {
@@ -195,7 +197,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
                 tracing::warn!("could not record what the check found: {e:#}");
             }
         }
-    } else {
+    } else if !run.held {
         run.state.last = Some(run.attempt);
         // The node moved (or is where it should be): an update found before is no news now.
         if result.as_ref().is_ok_and(|o| {
@@ -258,6 +260,8 @@ struct Run<'a> {
     unrecorded: Option<String>,
     /// What a `--check` found.
     found: Option<state::CachedUpdate>,
+    /// The target is held after a rollback: nothing was attempted.
+    held: bool,
 }
 
 impl Run<'_> {
@@ -282,12 +286,18 @@ impl Run<'_> {
                 .as_ref()
                 .filter(|r| r.held.as_deref() == Some(self.attempt.pullspec.as_str()))
             {
+                let by = match self.state.auto_rolled_back.contains(&rollback.from) {
+                    true => "pivot rolled the node back from it by itself (see `pivot status`)",
+                    false => "`pivot rollback` turned away from it",
+                };
                 tracing::warn!(
-                    "not pivoting to {}: `pivot rollback` turned away from it (at {} s since the epoch); name another image in /etc/{PULLSPEC_FILE}, or run `pivot {}` to go ahead",
+                    "not pivoting to {}: {by} (at {} s since the epoch); name another image in /etc/{PULLSPEC_FILE}, or run `pivot {}` to go ahead",
                     self.attempt.pullspec,
                     rollback.at,
                     self.attempt.pullspec
                 );
+                // The last attempt's record (how the node came back) stays what status shows.
+                self.held = true;
                 return Ok(Outcome::Unchanged);
             }
             if !self.opts.check {

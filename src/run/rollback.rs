@@ -24,6 +24,10 @@ pub struct Report {
 pub fn run(sysroot_path: &Path) -> Result<Report> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
     let done = rollback::rollback(&sysroot)?;
+    // A boot-once attempt at the update left behind must not send the next boot anywhere.
+    if let Err(e) = crate::sysroot::grubenv::settle(sysroot_path) {
+        tracing::warn!("settling GRUB's boot-once attempt: {e:#}");
+    }
     let state_file = StateFile::for_stateroot(sysroot_path, &done.stateroot);
     // What the first-boot pivot would read at the next boot: the pullspec file of the
     // deployment now the default (its /etc may still name the target the node left).

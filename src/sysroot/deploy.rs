@@ -209,7 +209,9 @@ pub fn deploy(
         if staged.is_err() && lock {
             let _ = std::fs::remove_file(STAGED_LOCKED);
         }
-        staged.context("staging the deployment")?
+        let staged = staged.context("staging the deployment")?;
+        arm_boot_once(sysroot);
+        staged
     } else {
         let new = sysroot
             .deploy_tree_with_options(
@@ -239,6 +241,23 @@ pub fn deploy(
         serial: new.deployserial(),
         staged: booted,
     })
+}
+
+/// On GRUB, the staged deployment boots once until `pivot confirm` keeps it
+/// ([`crate::sysroot::grubenv`]). The deployment is staged either way: a block that cannot be
+/// written costs the fallback, not the update.
+fn arm_boot_once(sysroot: &ostree::Sysroot) {
+    let Some(root) = ostree::gio::prelude::FileExt::path(&sysroot.path()) else {
+        return;
+    };
+    match crate::sysroot::grubenv::arm(&root) {
+        Ok(Some(block)) => tracing::info!(
+            "GRUB boots the new deployment once until pivot confirm keeps it ({})",
+            block.display()
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("arming GRUB's boot-once fallback: {e:#}"),
+    }
 }
 
 /// After the boot entries are written, what libostree's cleanup does: removes the deployments

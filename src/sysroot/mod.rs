@@ -1,10 +1,12 @@
 //! The sysroot: its [`deployments`] as plain data, [`kargs`] of the new deployment, free
 //! [`space`] checked before anything big is written, the deployment itself ([`deploy`]) and
-//! the [`prune`] after it; a [`rollback`] to the deployment before; [`finalize`] for a locked staged one.
+//! the [`prune`] after it; a [`rollback`] to the deployment before; [`finalize`] for a locked
+//! staged one; [`grubenv`], GRUB's boot-once attempt at a new deployment.
 
 pub mod deploy;
 pub mod deployments;
 pub mod finalize;
+pub mod grubenv;
 pub mod kargs;
 pub mod prune;
 pub mod rollback;

@@ -12,6 +12,7 @@ mod crash;
 mod download_only;
 mod fleet;
 mod handover;
+mod health;
 mod hostile;
 mod kargs;
 mod native;
