@@ -19,9 +19,10 @@ use pivot_testkit::{push_oscontainer, ImageSpec, PushedImage, Registry, Tree};
 
 use vm::disk::{self, EtcEdits, STATEROOT};
 use vm::facts::{self, Deployment};
+use vm::firmware::Firmware;
 use vm::images::{self, Images};
 use vm::machine::Machine;
-use vm::os_commits::{V1_RELEASE, V2_OS_VERSION, V2_RELEASE};
+use vm::os_commits::{self, V1_RELEASE, V2_OS_VERSION, V2_RELEASE};
 use vm::oscontainer::{self, Pushed};
 use vm::saved_disk::SavedDisk;
 use vm::scenario::{self, Scenario};
@@ -97,10 +98,15 @@ fn merge_commit(registry: &Registry, images: &Images, image: &str) -> Result<Str
 }
 
 /// A disk with v1 deployed and `edits` in its /etc.
-fn disk(s: &Scenario, images: &Images, edits: EtcEdits) -> Result<std::path::PathBuf> {
+fn disk(
+    s: &Scenario,
+    images: &Images,
+    edits: EtcEdits,
+    firmware: Firmware,
+) -> Result<std::path::PathBuf> {
     let started = std::time::Instant::now();
     let qcow2 = s.dir.join("disk.qcow2");
-    disk::build(&images.sysroot, &edits, &s.dir, &qcow2).context("building the disk")?;
+    disk::build(&images.sysroot, &edits, firmware, &s.dir, &qcow2).context("building the disk")?;
     println!("[vm]   disk built in {:.0?}", started.elapsed());
     Ok(qcow2)
 }
@@ -113,10 +119,20 @@ struct Start {
     v2: Pushed,
     qcow2: std::path::PathBuf,
     m: Machine,
+    firmware: Firmware,
 }
 
 fn start(s: &Scenario, edits: impl FnOnce(&Pushed) -> EtcEdits) -> Result<Start> {
     start_with(s, push_v2, edits)
+}
+
+/// [`start`] on a machine booting `firmware`'s way.
+fn start_on(
+    s: &Scenario,
+    firmware: Firmware,
+    edits: impl FnOnce(&Pushed) -> EtcEdits,
+) -> Result<Start> {
+    start_forwarding(s, firmware, push_v2, edits, &[])
 }
 
 /// [`start`] with v2 pushed by `push` (the legacy oscontainer by [`push_v2`]).
@@ -125,12 +141,13 @@ fn start_with(
     push: impl FnOnce(&Registry, &Images) -> Result<Pushed>,
     edits: impl FnOnce(&Pushed) -> EtcEdits,
 ) -> Result<Start> {
-    start_forwarding(s, push, edits, &[])
+    start_forwarding(s, Firmware::Bios, push, edits, &[])
 }
 
 /// [`start_with`], with more guest addresses forwarded to host loopback ports.
 fn start_forwarding(
     s: &Scenario,
+    firmware: Firmware,
     push: impl FnOnce(&Registry, &Images) -> Result<Pushed>,
     edits: impl FnOnce(&Pushed) -> EtcEdits,
     forwards: &[(&str, u16)],
@@ -138,14 +155,15 @@ fn start_forwarding(
     let images = images::get()?;
     let registry = Registry::start()?;
     let v2 = push(&registry, images)?;
-    let qcow2 = disk(s, images, edits(&v2))?;
-    let m = Machine::start_forwarding(&s.dir, &qcow2, port(&registry)?, forwards)?;
+    let qcow2 = disk(s, images, edits(&v2), firmware)?;
+    let m = Machine::start_forwarding(&s.dir, &qcow2, firmware, port(&registry)?, forwards)?;
     Ok(Start {
         images,
         registry,
         v2,
         qcow2,
         m,
+        firmware,
     })
 }
 
@@ -178,6 +196,17 @@ fn assert_running(m: &mut Machine, commit: &str, release: &str) -> Result<()> {
     ensure!(
         by_karg.starts_with(&format!("{commit}.")),
         "the ostree= kernel argument points at {by_karg}, expected commit {commit}"
+    );
+    assert_running_root(m, commit, release)
+}
+
+/// [`assert_running`] for a boot in which a rollback has already rewritten the boot links
+/// (`ostree=` then names a link that is gone): by the root filesystem and `pivot status`.
+fn assert_running_root(m: &mut Machine, commit: &str, release: &str) -> Result<()> {
+    let by_root = facts::booted_by_root(m)?;
+    ensure!(
+        by_root.starts_with(&format!("{commit}.")),
+        "the running root is deployment {by_root:?}, expected commit {commit}"
     );
     let status = facts::guest_status(m)?;
     let list = facts::deployments(&status)?;
@@ -232,9 +261,35 @@ fn assert_v2_with_v1_rollback(
     Ok(())
 }
 
-/// From the saved disk: the bootloader menu extlinux reads boots `commits`, in this order (the
-/// first is the default, the second the rollback), and the BLS entries libostree keeps agree.
-fn assert_bootloader(disk: &SavedDisk, commits: &[&str]) -> Result<()> {
+/// From the saved disk: the bootloader menu extlinux (or GRUB, through `syslinux_source`) reads
+/// boots `commits`, in this order (the first is the default, the second the rollback), and the
+/// BLS entries libostree keeps agree. On UEFI, GRUB's own configuration is the harness's, its
+/// boot-once attempt is settled, and so the entry it boots next is the first.
+fn assert_bootloader(disk: &SavedDisk, firmware: Firmware, commits: &[&str]) -> Result<()> {
+    match firmware {
+        Firmware::Uefi => {
+            let grub_cfg = disk.read("boot/grub/grub.cfg")?;
+            ensure!(
+                grub_cfg == vm::firmware::GRUB_CFG
+                    && grub_cfg.contains("syslinux_source /syslinux/syslinux.cfg"),
+                "/boot/grub/grub.cfg on the saved disk is not the harness's"
+            );
+            let env = vm::firmware::Grubenv::parse(&disk.read("boot/grub/grubenv")?)?;
+            ensure!(
+                env.get("boot_success") == Some("1") && env.get("boot_counter").is_none(),
+                "GRUB's boot-once attempt is not settled: {env:?}"
+            );
+            ensure!(
+                env.next_entry() == 0,
+                "GRUB would boot entry {}",
+                env.next_entry()
+            );
+        }
+        Firmware::Bios => ensure!(
+            !disk.sysroot().join("boot/grub").exists(),
+            "a BIOS disk has GRUB files"
+        ),
+    }
     let cfg = disk.syslinux_cfg()?;
     let default_label = cfg
         .lines()
@@ -272,6 +327,24 @@ fn assert_bootloader(disk: &SavedDisk, commits: &[&str]) -> Result<()> {
     ensure!(
         bls == expected,
         "BLS entries boot {bls:?}, expected {expected:?}"
+    );
+    Ok(())
+}
+
+/// `ostree admin status` in the guest: `booted` runs and is the default (listed first, marked
+/// `*`), `rollback` is next, marked `(rollback)`.
+fn assert_admin_status(text: &str, booted: &str, rollback: &str) -> Result<()> {
+    let entries: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(&format!(" {STATEROOT} ")))
+        .collect();
+    ensure!(
+        entries.len() == 2
+            && entries[0].starts_with("* ")
+            && entries[0].contains(booted)
+            && entries[1].contains(rollback)
+            && entries[1].contains("(rollback)"),
+        "ostree admin status in the guest:\n{text}"
     );
     Ok(())
 }
@@ -317,64 +390,110 @@ fn assert_journal_boots(
 }
 
 #[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn first_boot_pivot() {
     scenario::run("first-boot-pivot", |s| {
-        let Start {
-            images,
-            registry: _registry,
-            v2,
-            qcow2,
-            mut m,
-        } = start(s, |v2| {
-            EtcEdits::default()
-                .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
-                .file(ETC_EDIT, ETC_EDIT_TEXT)
-        })?;
+        first_boot_pivot_on(s, Firmware::Bios)
+    });
+}
 
-        // Boot 1: pivot.service pulls, stages and reboots by itself, before kubelet may start.
-        let boot1 = m.wait_boot(m.scaled(100))?;
-        let boot2 = m
-            .wait_boot(m.scaled(400))
-            .context("waiting for pivot's reboot into v2")?;
-        m.base_checks()?;
-        assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
-        let version = m.sh(". /usr/lib/os-release; echo \"$VERSION\"")?;
-        ensure!(
-            version.trim() == V2_OS_VERSION,
-            "os-release VERSION is {version:?}"
-        );
-        let edit = m.sh(&format!("cat /etc/{ETC_EDIT}"))?;
-        ensure!(
-            edit == ETC_EDIT_TEXT.trim_end(),
-            "the /etc edit became {edit:?}"
-        );
-        assert_v2_with_v1_rollback(&facts::guest_status(&mut m)?, images, &v2)?;
+#[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
+fn uefi_first_boot_pivot() {
+    scenario::run("uefi-first-boot-pivot", |s| {
+        first_boot_pivot_on(s, Firmware::Uefi)
+    });
+}
 
-        // Boot 2: pivot finds the node on its target, confirms it and does not reboot again.
-        m.sh(&format!("test ! -e /etc/{PULLSPEC_FILE}"))
-            .context("the pullspec file should be gone once the node runs its target")?;
-        let pivot_log = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
-        ensure!(
-            pivot_log.contains("already at target"),
-            "pivot in boot 2 did not find the target:\n{pivot_log}"
-        );
-        m.sh(
-            "test ! -e /run/pivot/reboot-needed && test -z \"$(systemctl list-jobs --no-legend)\"",
-        )
+/// A kernel argument the first boot's `/etc/pivot/kernel-args` adds to the target.
+const FIRST_BOOT_KARG: &str = "pivot.vm=first-boot";
+const ADMIN_EDIT: &str = "the admin's edit\n";
+
+/// A new node whose /etc names v2 (as Ignition leaves it) pivots at its first boot, before
+/// kubelet, and reboots into v2 once: /etc carried over by a three-way merge, the kernel
+/// argument added, v1 kept as rollback, confirmed at boot; what `firmware` boots and libostree
+/// wrote agree, in the guest and on the saved disk.
+fn first_boot_pivot_on(s: &Scenario, firmware: Firmware) -> Result<()> {
+    let untouched = os_commits::ETC_UNTOUCHED.trim_start_matches("usr/etc/");
+    let admin_edited = os_commits::ETC_ADMIN_EDITED.trim_start_matches("usr/etc/");
+    let Start {
+        images,
+        registry: _registry,
+        v2,
+        qcow2,
+        mut m,
+        ..
+    } = start_on(s, firmware, |v2| {
+        EtcEdits::default()
+            .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
+            .file(ETC_EDIT, ETC_EDIT_TEXT)
+            .file("pivot/kernel-args", &format!("ADD {FIRST_BOOT_KARG}\n"))
+            .file(admin_edited, ADMIN_EDIT)
+    })?;
+
+    // Boot 1: pivot.service pulls, stages and reboots by itself, before kubelet may start.
+    let boot1 = m.wait_boot(m.scaled(100))?;
+    let boot2 = m
+        .wait_boot(m.scaled(400))
+        .context("waiting for pivot's reboot into v2")?;
+    m.base_checks()?;
+    assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+    let version = m.sh(". /usr/lib/os-release; echo \"$VERSION\"")?;
+    ensure!(
+        version.trim() == V2_OS_VERSION,
+        "os-release VERSION is {version:?}"
+    );
+    let edit = m.sh(&format!("cat /etc/{ETC_EDIT}"))?;
+    ensure!(
+        edit == ETC_EDIT_TEXT.trim_end(),
+        "the /etc edit became {edit:?}"
+    );
+    assert_v2_with_v1_rollback(&facts::guest_status(&mut m)?, images, &v2)?;
+    // The three-way /etc merge: v2's new default where the admin left v1's, the admin's
+    // edit where there was one.
+    let etc = m.sh(&format!("cat /etc/{untouched} /etc/{admin_edited}"))?;
+    ensure!(
+        etc == format!("{}{}", os_commits::V2_ETC_DEFAULT, ADMIN_EDIT).trim_end(),
+        "/etc after the merge: {etc:?}"
+    );
+    let cmdline = m.sh("cat /proc/cmdline")?;
+    ensure!(
+        cmdline.split_whitespace().any(|a| a == FIRST_BOOT_KARG),
+        "/etc/pivot/kernel-args did not reach v2's command line: {cmdline}"
+    );
+    assert_admin_status(
+        &m.sh("ostree admin status")?,
+        &images.commits.v2,
+        &images.commits.v1,
+    )?;
+    if firmware == Firmware::Uefi {
+        m.sh("test -d /sys/firmware/efi")
+            .context("the UEFI guest did not boot through UEFI")?;
+    }
+
+    // Boot 2: pivot finds the node on its target, confirms it and does not reboot again.
+    m.sh(&format!("test ! -e /etc/{PULLSPEC_FILE}"))
+        .context("the pullspec file should be gone once the node runs its target")?;
+    let pivot_log = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+    ensure!(
+        pivot_log.contains("already at target"),
+        "pivot in boot 2 did not find the target:\n{pivot_log}"
+    );
+    m.sh("test ! -e /run/pivot/reboot-needed && test -z \"$(systemctl list-jobs --no-legend)\"")
         .context("boot 2 must not be heading for another reboot")?;
-        let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
-        facts::kubelet_started_after_pivot(&starts, &boot2.id, &images.commits.v2)?;
-        ensure!(
-            !starts.iter().any(|k| k.boot == boot1.id.replace('-', "")),
-            "kubelet started in boot 1, before pivot rebooted: {starts:?}"
-        );
-        let boot1_pivot = m.sh("journalctl -b -1 -u pivot.service -o cat --no-pager")?;
-        ensure!(
-            boot1_pivot.contains("staged deployment"),
-            "boot 1's pivot log:\n{boot1_pivot}"
-        );
-        // The events are real journal fields: journalctl can match on them.
-        let by_field = m.sh(&format!(
+    let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
+    facts::kubelet_started_after_pivot(&starts, &boot2.id, &images.commits.v2)?;
+    ensure!(
+        !starts.iter().any(|k| k.boot == boot1.id.replace('-', "")),
+        "kubelet started in boot 1, before pivot rebooted: {starts:?}"
+    );
+    let boot1_pivot = m.sh("journalctl -b -1 -u pivot.service -o cat --no-pager")?;
+    ensure!(
+        boot1_pivot.contains("staged deployment"),
+        "boot 1's pivot log:\n{boot1_pivot}"
+    );
+    // The events are real journal fields: journalctl can match on them.
+    let by_field = m.sh(&format!(
             "journalctl -b -1 -o cat --no-pager MESSAGE_ID={} PIVOT_COMMIT={} PIVOT_DIGEST={} PIVOT_IMAGE={}/{}",
             pivot::node::events::DEPLOYED,
             images.commits.v2,
@@ -382,62 +501,70 @@ fn first_boot_pivot() {
             vm::qemu::GUEST_REGISTRY,
             v2.repository
         ))?;
-        ensure!(
-            by_field.contains("staged deployment"),
-            "no journal entry of boot 1 matches the deployed event's fields:\n{by_field}"
-        );
-        let confirmed = m.sh(&format!(
-            "journalctl -b -o cat --no-pager MESSAGE_ID={} PIVOT_COMMIT={}",
-            pivot::node::events::CONFIRMED,
-            images.commits.v2
-        ))?;
-        ensure!(
-            confirmed.contains("confirmed"),
-            "pivot-confirm.service logged no confirmed event in boot 2:\n{confirmed}"
-        );
-        m.poweroff()?;
-        ensure!(
-            m.boots.len() == 2,
-            "expected exactly 2 boots, saw {:?}",
-            m.boots
-        );
+    ensure!(
+        by_field.contains("staged deployment"),
+        "no journal entry of boot 1 matches the deployed event's fields:\n{by_field}"
+    );
+    let confirmed = m.sh(&format!(
+        "journalctl -b -o cat --no-pager MESSAGE_ID={} PIVOT_COMMIT={}",
+        pivot::node::events::CONFIRMED,
+        images.commits.v2
+    ))?;
+    ensure!(
+        confirmed.contains("confirmed"),
+        "pivot-confirm.service logged no confirmed event in boot 2:\n{confirmed}"
+    );
+    m.poweroff()?;
+    ensure!(
+        m.boots.len() == 2,
+        "expected exactly 2 boots, saw {:?}",
+        m.boots
+    );
 
-        let disk = SavedDisk::open(&qcow2, &s.dir)?;
-        std::fs::write(
-            s.dir.join("saved-ostree-status.txt"),
-            disk.ostree_admin_status()?,
-        )?;
-        let status = disk.pivot_status(&images.pivot)?;
-        assert_v2_with_v1_rollback(&status, images, &v2)?;
-        assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
-        let boots = assert_journal_boots(&disk, s, &m, &[])?;
-        let boot1_journal = disk.journal(&boots[0])?;
-        ensure!(
-            !boot1_journal.contains("Starting kubelet.service")
-                && !boot1_journal.contains("kubelet-standin:"),
-            "kubelet started in boot 1 (saved journal)"
-        );
-        let state = facts::pivot_state(&status, STATEROOT);
-        ensure!(
-            state["last"]["outcome"] == "confirmed",
-            "pivot state on disk: {state}"
-        );
-        ensure!(
-            state["attempts"] == 0 && state["target"].is_null(),
-            "pivot state on disk: {state}"
-        );
-        let starts = facts::kubelet_starts(&std::fs::read_to_string(
-            disk.var().join("lib/kubelet-standin/starts"),
-        )?)?;
-        ensure!(starts.len() == 1, "kubelet records on disk: {starts:?}");
-        Ok(())
+    let disk = SavedDisk::open(&qcow2, &s.dir)?;
+    std::fs::write(
+        s.dir.join("saved-ostree-status.txt"),
+        disk.ostree_admin_status()?,
+    )?;
+    let status = disk.pivot_status(&images.pivot)?;
+    assert_v2_with_v1_rollback(&status, images, &v2)?;
+    assert_bootloader(&disk, firmware, &[&images.commits.v2, &images.commits.v1])?;
+    let boots = assert_journal_boots(&disk, s, &m, &[])?;
+    let boot1_journal = disk.journal(&boots[0])?;
+    ensure!(
+        !boot1_journal.contains("Starting kubelet.service")
+            && !boot1_journal.contains("kubelet-standin:"),
+        "kubelet started in boot 1 (saved journal)"
+    );
+    let state = facts::pivot_state(&status, STATEROOT);
+    ensure!(
+        state["last"]["outcome"] == "confirmed",
+        "pivot state on disk: {state}"
+    );
+    ensure!(
+        state["attempts"] == 0 && state["target"].is_null(),
+        "pivot state on disk: {state}"
+    );
+    let starts = facts::kubelet_starts(&std::fs::read_to_string(
+        disk.var().join("lib/kubelet-standin/starts"),
+    )?)?;
+    ensure!(starts.len() == 1, "kubelet records on disk: {starts:?}");
+    Ok(())
+}
+
+#[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
+fn admin_pivot() {
+    scenario::run("admin-pivot", |s| {
+        admin_pivot_to_v2(s, start(s, |_| EtcEdits::default())?).map(drop)
     });
 }
 
 #[test]
-fn admin_pivot() {
-    scenario::run("admin-pivot", |s| {
-        admin_pivot_to_v2(s, start(s, |_| EtcEdits::default())?).map(drop)
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
+fn uefi_admin_pivot() {
+    scenario::run("uefi-admin-pivot", |s| {
+        admin_pivot_to_v2(s, start_on(s, Firmware::Uefi, |_| EtcEdits::default())?).map(drop)
     });
 }
 
@@ -453,6 +580,7 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<(SavedDisk, Registry)
         v2,
         qcow2,
         mut m,
+        firmware,
     } = start;
 
     let boot1 = m.wait_boot(m.scaled(100))?;
@@ -479,6 +607,14 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<(SavedDisk, Registry)
         bootloader_after == bootloader_before,
         "staging rewrote the bootloader config before the reboot"
     );
+    if firmware == Firmware::Uefi {
+        // Staging armed GRUB's boot-once fallback.
+        let env = m.sh("cat /boot/grub/grubenv")?;
+        ensure!(
+            env.contains("boot_success=0\nboot_counter=1\n"),
+            "staging did not arm boot-once: {env}"
+        );
+    }
     ensure!(
         m.boot().id == boot1.id,
         "the node rebooted without being asked"
@@ -515,7 +651,7 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<(SavedDisk, Registry)
         disk.ostree_admin_status()?,
     )?;
     assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
-    assert_bootloader(&disk, &[&v2.commit, &images.commits.v1])?;
+    assert_bootloader(&disk, firmware, &[&v2.commit, &images.commits.v1])?;
     assert_journal_boots(&disk, s, &m, &[])?;
     Ok((disk, registry))
 }
@@ -524,6 +660,7 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<(SavedDisk, Registry)
 /// moves to an ostree-native image of v2 made by ostree-rs-ext (chunked, as CoreOS images are),
 /// by an admin's `pivot`; the new deployment's origin is a native one, pinned to the digest.
 #[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn legacy_to_native_pivot() {
     scenario::run("legacy-to-native", |s| {
         let images = images::get()?;
@@ -642,6 +779,7 @@ fn legacy_origin(images: &Images) -> (String, String) {
 const RETRY_BUDGET_SECS: u64 = 30;
 
 #[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn unreachable_registry() {
     scenario::run("unreachable-registry", |s| {
         let images = images::get()?;
@@ -656,7 +794,7 @@ fn unreachable_registry() {
                 "systemd/system/pivot.service.d/50-retry-budget.conf",
                 &format!("[Service]\nEnvironment=PIVOT_RETRY_TIMEOUT={RETRY_BUDGET_SECS}\n"),
             );
-        let qcow2 = disk(s, images, edits)?;
+        let qcow2 = disk(s, images, edits, Firmware::Bios)?;
         let mut m = Machine::start(&s.dir, &qcow2, port)?;
         m.expected_failures = vec!["pivot.service"];
 
@@ -740,7 +878,7 @@ fn unreachable_registry() {
             facts::pivot_state(&status, STATEROOT)["attempts"] == 2,
             "state on disk: {status}"
         );
-        assert_bootloader(&disk, &[&images.commits.v1])?;
+        assert_bootloader(&disk, Firmware::Bios, &[&images.commits.v1])?;
         assert_journal_boots(&disk, s, &m, &["pivot.service"])?;
         Ok(())
     });
@@ -749,6 +887,7 @@ fn unreachable_registry() {
 /// Images pivot must refuse: a layer whose bytes do not match its digest (first boot, from the
 /// pullspec file) and an image without an OSTree repo (by an admin). v1 stays untouched.
 #[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn bad_image() {
     scenario::run("bad-image", |s| {
         let images = images::get()?;
@@ -778,7 +917,7 @@ fn bad_image() {
         };
 
         let edits = EtcEdits::default().file(PULLSPEC_FILE, &format!("{}\n", guest(&corrupt)));
-        let qcow2 = disk(s, images, edits)?;
+        let qcow2 = disk(s, images, edits, Firmware::Bios)?;
         let mut m = Machine::start(&s.dir, &qcow2, port(&registry)?)?;
         let (boot1, journal) = first_boot_refused(&mut m, images)?;
         ensure!(
@@ -824,7 +963,7 @@ fn bad_image() {
             list.len() == 1 && list[0].checksum == images.commits.v1,
             "deployments on disk: {list:?}"
         );
-        assert_bootloader(&disk, &[&images.commits.v1])?;
+        assert_bootloader(&disk, Firmware::Bios, &[&images.commits.v1])?;
         assert_journal_boots(&disk, s, &m, &["pivot.service"])?;
         Ok(())
     });
@@ -836,23 +975,27 @@ fn bad_image() {
 /// pivot-confirm.service reports that the pivot did not take effect; a pivot after that
 /// completes.
 #[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn hard_reset_mid_pivot() {
     scenario::run("hard-reset-mid-pivot", |s| {
         let Start {
             images,
-            registry: _registry,
+            registry,
             v2,
             qcow2,
             mut m,
+            ..
         } = start(s, |_| EtcEdits::default())?;
         m.wait_boot(m.scaled(100))?;
         m.base_checks()?;
         assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
 
-        // Cut 1: while layer bytes are flowing into the repo.
+        // Cut 1: half way through the layer's import (by pivot's own progress stream).
         let importing = format!(
             "(pivot --progress-fd 3 {} 3>/run/pivot-progress >/dev/null 2>&1 &); \
-             until grep -q '\"event\":\"bytes\"' /run/pivot-progress 2>/dev/null; do sleep 0.1; done",
+             until grep -o '\"done\":[0-9]*,\"size\":[0-9]*' /run/pivot-progress 2>/dev/null \
+               | tr -c '0-9\\n' ' ' | awk '$1 * 2 >= $2 {{ found = 1 }} END {{ exit !found }}'; \
+             do sleep 0.2; done",
             v2.guest_by_tag()
         );
         m.hard_reset_after(&importing, m.scaled(150))
@@ -862,9 +1005,30 @@ fn hard_reset_mid_pivot() {
         m.sh("ostree fsck --repo=/sysroot/ostree/repo")
             .context("the repo after a power cut during the import")?;
 
-        // Cut 2: right after staging, before shutdown could finalize the deployment.
+        // Cut 2: right after staging, before shutdown could finalize the deployment. This run
+        // fetches the layer again, once: the half imported before the cut was staged in a
+        // transaction that died with the boot (docs/safety.md), so nothing of it is reused.
+        let layer = &images.v2_layer;
+        let blob = format!("/v2/{}/blobs/{}", v2.repository, layer.digest);
+        let before = registry.requests().len();
         let out = m.run(&format!("pivot {}", v2.guest_by_tag()), m.scaled(300))?;
         ensure!(out.rc == 0, "pivot exited with {}:\n{}", out.rc, out.text);
+        let fetched: Vec<_> = registry.requests()[before..]
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == blob)
+            .cloned()
+            .collect();
+        let bytes: u64 = fetched.iter().map(|r| r.bytes).sum();
+        println!(
+            "[vm]   after the cut, the layer ({} bytes) was fetched with {bytes} bytes ({:?})",
+            layer.size,
+            fetched.iter().map(|r| r.status).collect::<Vec<_>>()
+        );
+        ensure!(
+            !fetched.is_empty() && bytes <= layer.size,
+            "the pivot after the cut fetched the layer more than once: {fetched:?} of {} bytes",
+            layer.size
+        );
         m.hard_reset_after("sync", m.scaled(150))
             .context("power cut after staging")?;
         m.expected_failures = vec!["pivot-confirm.service"];
@@ -890,7 +1054,11 @@ fn hard_reset_mid_pivot() {
 
         let disk = SavedDisk::open(&qcow2, &s.dir)?;
         assert_v2_with_v1_rollback(&disk.pivot_status(&images.pivot)?, images, &v2)?;
-        assert_bootloader(&disk, &[&images.commits.v2, &images.commits.v1])?;
+        assert_bootloader(
+            &disk,
+            Firmware::Bios,
+            &[&images.commits.v2, &images.commits.v1],
+        )?;
         Ok(())
     });
 }
@@ -899,6 +1067,7 @@ fn hard_reset_mid_pivot() {
 /// first-boot pivot of the image before it is signed is refused (no layer fetched, no reboot,
 /// kubelet on v1); once the signature is attached, the next boot pivots and runs v2.
 #[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn signed_first_boot() {
     scenario::run("signed-first-boot", |s| {
         let keys = tempfile::tempdir()?;
@@ -917,6 +1086,7 @@ fn signed_first_boot() {
             v2,
             qcow2: _,
             mut m,
+            ..
         } = start(s, |v2| {
             EtcEdits::default()
                 .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
@@ -992,6 +1162,7 @@ fn signed_first_boot() {
 /// back (steady-state). Then an admin's `pivot rollback --reboot` boots v1 again, and the slot
 /// is given back at that boot too.
 #[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn fleet_lock_first_boot_and_rollback() {
     scenario::run("fleet-lock", |s| {
         use pivot_testkit::FleetLockServer;
@@ -1008,8 +1179,10 @@ fn fleet_lock_first_boot_and_rollback() {
             v2,
             qcow2,
             mut m,
+            ..
         } = start_forwarding(
             s,
+            Firmware::Bios,
             push_v2,
             |v2| {
                 EtcEdits::default()
@@ -1127,7 +1300,11 @@ fn fleet_lock_first_boot_and_rollback() {
         );
         m.poweroff()?;
         let disk = SavedDisk::open(&qcow2, &s.dir)?;
-        assert_bootloader(&disk, &[&images.commits.v1, &images.commits.v2])?;
+        assert_bootloader(
+            &disk,
+            Firmware::Bios,
+            &[&images.commits.v1, &images.commits.v2],
+        )?;
         Ok(())
     });
 }
@@ -1136,6 +1313,7 @@ fn fleet_lock_first_boot_and_rollback() {
 /// reboot keeps v1; at that boot pivot-confirm stages v2 again, still locked, from the repo
 /// (libostree dropped it with /run); `pivot finalize --reboot` then boots v2.
 #[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn locked_finalization() {
     scenario::run("locked-finalization", |s| {
         let Start {
@@ -1144,6 +1322,7 @@ fn locked_finalization() {
             v2,
             qcow2,
             mut m,
+            ..
         } = start(s, |_| EtcEdits::default())?;
         m.wait_boot(m.scaled(100))?;
         m.base_checks()?;
@@ -1191,7 +1370,155 @@ fn locked_finalization() {
         assert_running(&mut m, &v2.commit, V2_RELEASE)?;
         m.poweroff()?;
         let disk = SavedDisk::open(&qcow2, &s.dir)?;
-        assert_bootloader(&disk, &[&v2.commit, &images.commits.v1])?;
+        assert_bootloader(&disk, Firmware::Bios, &[&v2.commit, &images.commits.v1])?;
+        Ok(())
+    });
+}
+
+/// A health check the admin ships in /etc: it fails on any target, but only once the harness
+/// has seen the boot (`/run/pivot-vm-seen`), so that the boot it fails in is observed first.
+const FAILING_CHECK: &str = "#!/bin/sh
+for _ in $(seq 600); do [ -e /run/pivot-vm-seen ] && break; sleep 0.5; done
+echo \"the container runtime is missing on $PIVOT_TARGET_COMMIT\" >&2
+exit 1
+";
+const CHECK_NAME: &str = "50-runtime";
+/// What boot 4's kernel prints when the target's init exits.
+const INIT_DIED: &str = "Attempted to kill init";
+
+/// UEFI + GRUB, and both ways pivot takes a node back by itself:
+/// - boot 1 (v1) pivots to v2 at first boot; boot 2 (v2): the admin's health check fails,
+///   `pivot confirm` makes v1 the default and reboots, before kubelet; boot 3 (v1) records the
+///   rollback, kubelet starts on v1, and the pullspec file's v2 is held;
+/// - an admin then pivots to v2 with an init that exits (`init=/usr/bin/false panic=10`): boot
+///   4 panics before any pivot code runs and the kernel restarts the machine; GRUB's boot-once
+///   then boots v1 (boot 5), where `pivot confirm` makes v1 the default for good and records it.
+#[test]
+#[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
+fn uefi_automatic_rollbacks() {
+    scenario::run("uefi-automatic-rollbacks", |s| {
+        let check_path = format!("pivot/health.d/{CHECK_NAME}");
+        let Start {
+            images,
+            registry: _registry,
+            v2,
+            qcow2,
+            mut m,
+            ..
+        } = start_on(s, Firmware::Uefi, |v2| {
+            EtcEdits::default()
+                .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
+                .executable(&check_path, FAILING_CHECK)
+        })?;
+        let v1 = images.commits.v1.clone();
+
+        let boot1 = m.wait_boot(m.scaled(100))?;
+        // Boot 2: v2 is up, pivot-confirm.service is running the check, kubelet waits.
+        let boot2 = m.wait_boot(m.scaled(400))?;
+        assert_running(&mut m, &v2.commit, V2_RELEASE)?;
+        m.sh("systemctl is-active --quiet pivot-confirm.service; test $? -ne 0")
+            .context("pivot-confirm.service should still be running the health check")?;
+        let boot3 = m
+            .reboot_by("touch /run/pivot-vm-seen", m.scaled(300))
+            .context("waiting for the rollback's reboot into v1")?;
+        m.base_checks()?;
+        assert_running(&mut m, &v1, V1_RELEASE)?;
+        let status = facts::guest_status(&mut m)?;
+        let state = facts::pivot_state(&status, STATEROOT);
+        ensure!(
+            state["last"]["outcome"] == "rolled-back"
+                && state["last"]["commit"] == v2.commit.as_str()
+                && state["health"]["check"] == CHECK_NAME
+                && state["health"]["rolled_back_to"] == v1.as_str()
+                && state["health"]["output_tail"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("the container runtime is missing"))
+                && state["attempts"] == 1
+                && state["rollback"]["held"] == v2.guest_by_tag().as_str(),
+            "pivot's state after the health rollback: {state:#}"
+        );
+        let failed = m.sh(&format!(
+            "journalctl -b -1 -o cat --no-pager MESSAGE_ID={} PIVOT_CHECK={CHECK_NAME}",
+            pivot::node::events::HEALTH_FAILED
+        ))?;
+        ensure!(
+            failed.contains(&format!("rolling back to {v1}")),
+            "boot 2's journal has no health-failed event:\n{failed}"
+        );
+        let back = m.sh(&format!(
+            "journalctl -b -o cat --no-pager MESSAGE_ID={} PIVOT_COMMIT={}",
+            pivot::node::events::AUTO_ROLLED_BACK,
+            v2.commit
+        ))?;
+        ensure!(back.contains(CHECK_NAME), "boot 3's journal:\n{back}");
+        let pivot_log = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        ensure!(
+            pivot_log.contains(&format!("not pivoting to {}", v2.guest_by_tag())),
+            "the first-boot pivot should hold v2 after the rollback:\n{pivot_log}"
+        );
+
+        // An admin sends the node to v2 again, with an init that exits at once.
+        // Boot 4 never brings up an agent: the kernel restarts it after the panic, and the
+        // harness waits for boot 5.
+        let boot5 = m
+            .reboot_through_broken(
+                &format!(
+                    "pivot --reboot --karg-append init=/usr/bin/false --karg-append panic=10 {}",
+                    v2.guest_by_tag()
+                ),
+                INIT_DIED,
+                m.scaled(400),
+            )
+            .context("waiting for GRUB's fallback to v1 after the broken boot")?;
+        m.base_checks()?;
+        // pivot confirm has made v1 the default in this boot: its ostree= link is gone.
+        assert_running_root(&mut m, &v1, V1_RELEASE)?;
+        let console = std::fs::read_to_string(s.dir.join("console.log"))?;
+        let grub_said = console
+            .lines()
+            .rev()
+            .find_map(|l| l.split_once("pivot-vm grub: ").map(|(_, said)| said.trim()));
+        ensure!(
+            grub_said == Some("entry 1, boot_counter=-1"),
+            "GRUB's last word on the console: {grub_said:?}"
+        );
+        let status = facts::guest_status(&mut m)?;
+        let state = facts::pivot_state(&status, STATEROOT);
+        ensure!(
+            state["last"]["outcome"] == "rolled-back"
+                && state["last"]["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("GRUB booted it once")),
+            "pivot's state after GRUB's fallback: {state:#}"
+        );
+        let list = facts::deployments(&status)?;
+        let default = one(&list, "default", |d| d.default)?;
+        ensure!(
+            default.checksum == v1 && default.booted,
+            "v1 must be the default again: {list:?}"
+        );
+        let env = vm::firmware::Grubenv::parse(&m.sh("cat /boot/grub/grubenv")?)?;
+        ensure!(
+            env.next_entry() == 0 && env.get("boot_counter").is_none(),
+            "{env:?}"
+        );
+        let starts = facts::kubelet_starts(&m.sh("cat /var/lib/kubelet-standin/starts")?)?;
+        for boot in [&boot1, &boot2] {
+            ensure!(
+                !starts.iter().any(|k| k.boot == boot.id.replace('-', "")),
+                "kubelet started in boot {}: {starts:?}",
+                boot.n
+            );
+        }
+        for boot in [&boot3, &boot5] {
+            facts::kubelet_started_after_pivot(&starts, &boot.id, &v1)
+                .with_context(|| format!("kubelet in boot {}", boot.n))?;
+        }
+        m.poweroff()?;
+
+        let disk = SavedDisk::open(&qcow2, &s.dir)?;
+        assert_bootloader(&disk, Firmware::Uefi, &[&v1, &v2.commit])?;
+        assert_journal_boots(&disk, s, &m, &["pivot-confirm.service"])?;
         Ok(())
     });
 }

@@ -1,7 +1,8 @@
 //! The bootable disk: v1 deployed by libostree (the `ostree admin` CLI) into a sysroot directory
 //! once per run, then, per scenario, a copy of it with that scenario's /etc edits (what Ignition
-//! would write before the first boot) laid out as an MBR disk: p1 /boot (ext4, read by extlinux),
-//! p2 the root filesystem, and converted to qcow2.
+//! would write before the first boot) laid out as an MBR disk: p1 /boot (ext4, read by extlinux
+//! or GRUB), p2 the root filesystem, for UEFI p3 the ESP (see firmware.rs), and converted to
+//! qcow2.
 //!
 //! The bootloader reads what libostree writes: /boot/syslinux/syslinux.cfg links to
 //! ../loader/syslinux.cfg, which ostree's syslinux backend rewrites on every deploy (and which
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 
+use super::firmware::{self, Firmware};
 use super::mounts::Mount;
 use super::os_commits::{OsCommits, V1_REF};
 use super::{cache, cmd};
@@ -98,12 +100,20 @@ pub struct EtcEdits {
     pub files: Vec<(String, String)>,
     /// The deployment's .origin file, replacing the one naming the ref v1 was deployed from.
     pub origin: Option<String>,
+    /// Paths of `files` made executable (mode 0755).
+    pub executables: Vec<String>,
 }
 
 impl EtcEdits {
     pub fn file(mut self, path: &str, contents: &str) -> Self {
         self.files.push((path.to_string(), contents.to_string()));
         self
+    }
+
+    /// An executable file, such as a health check.
+    pub fn executable(mut self, path: &str, contents: &str) -> Self {
+        self.executables.push(path.to_string());
+        self.file(path, contents)
     }
 
     pub fn origin(mut self, contents: &str) -> Self {
@@ -113,7 +123,13 @@ impl EtcEdits {
 }
 
 /// Builds `qcow2` from a copy of `sysroot` with `edits` applied to the deployment's /etc.
-pub fn build(sysroot: &Path, edits: &EtcEdits, scratch: &Path, qcow2: &Path) -> Result<()> {
+pub fn build(
+    sysroot: &Path,
+    edits: &EtcEdits,
+    firmware: Firmware,
+    scratch: &Path,
+    qcow2: &Path,
+) -> Result<()> {
     let copy = scratch.join("sysroot");
     cache::remove_tree(&copy)?;
     cmd::run(
@@ -131,16 +147,34 @@ pub fn build(sysroot: &Path, edits: &EtcEdits, scratch: &Path, qcow2: &Path) -> 
         let file = etc.join(path);
         fs::create_dir_all(file.parent().unwrap())?;
         fs::write(&file, contents).with_context(|| format!("writing {}", file.display()))?;
+        if edits.executables.contains(path) {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&file, fs::Permissions::from_mode(0o755))?;
+        }
     }
     // /boot becomes its own partition: the root filesystem keeps an empty mount point.
     let boot = scratch.join("boot");
     cache::remove_tree(&boot)?;
     fs::rename(copy.join("boot"), &boot)?;
     fs::create_dir(copy.join("boot"))?;
+    if firmware == Firmware::Uefi {
+        firmware::write_grub_files(&boot)?;
+    }
 
     let raw = scratch.join("disk.raw");
     let _ = fs::remove_file(&raw);
-    fs::File::create(&raw)?.set_len(DISK_SIZE)?;
+    let esp = match firmware {
+        Firmware::Bios => None,
+        Firmware::Uefi => Some(firmware::esp(scratch)?),
+    };
+    let size = DISK_SIZE + esp.as_ref().map_or(0, |_| firmware::ESP_SIZE);
+    fs::File::create(&raw)?.set_len(size)?;
+    if let Some(esp) = &esp {
+        let mut out = fs::OpenOptions::new().write(true).open(&raw)?;
+        out.seek(SeekFrom::Start(DISK_SIZE))?;
+        std::io::copy(&mut fs::File::open(esp)?, &mut out)?;
+        fs::remove_file(esp)?;
+    }
     mkfs(
         &raw,
         ROOT_OFFSET,
@@ -178,7 +212,7 @@ pub fn build(sysroot: &Path, edits: &EtcEdits, scratch: &Path, qcow2: &Path) -> 
             TIMEOUT,
         )?;
     }
-    write_mbr(&raw)?;
+    write_mbr(&raw, esp.is_some())?;
     cmd::run(
         Command::new("qemu-img")
             .args(["convert", "-O", "qcow2"])
@@ -221,23 +255,25 @@ fn mkfs(raw: &Path, offset: u64, size: u64, args: &[&str]) -> Result<()> {
     .map(drop)
 }
 
-/// syslinux's MBR boot code and a DOS partition table: p1 (active) /boot, p2 root.
-fn write_mbr(raw: &Path) -> Result<()> {
+/// syslinux's MBR boot code and a DOS partition table: p1 (active) /boot, p2 root, and with
+/// `esp` p3 the EFI system partition.
+fn write_mbr(raw: &Path, esp: bool) -> Result<()> {
     let code = fs::read(MBR_CODE).with_context(|| format!("reading {MBR_CODE}"))?;
     let mut mbr = [0u8; 512];
     mbr[..440].copy_from_slice(&code[..440]);
-    for (i, (active, offset, size)) in [
-        (true, BOOT_OFFSET, BOOT_SIZE),
-        (false, ROOT_OFFSET, ROOT_SIZE),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    let mut partitions = vec![
+        (true, 0x83, BOOT_OFFSET, BOOT_SIZE),
+        (false, 0x83, ROOT_OFFSET, ROOT_SIZE),
+    ];
+    if esp {
+        partitions.push((false, 0xef, DISK_SIZE, firmware::ESP_SIZE));
+    }
+    for (i, (active, kind, offset, size)) in partitions.into_iter().enumerate() {
         let e = &mut mbr[446 + 16 * i..446 + 16 * (i + 1)];
         e[0] = if active { 0x80 } else { 0 };
         // CHS fields saturated: everything reads the LBA fields.
         e[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]);
-        e[4] = 0x83; // Linux
+        e[4] = kind;
         e[5..8].copy_from_slice(&[0xfe, 0xff, 0xff]);
         e[8..12].copy_from_slice(&u32::try_from(offset / 512)?.to_le_bytes());
         e[12..16].copy_from_slice(&u32::try_from(size / 512)?.to_le_bytes());

@@ -59,6 +59,16 @@ pub fn booted_by_karg(m: &mut Machine) -> Result<String> {
     Ok(out.trim().to_string())
 }
 
+/// The deployment that is the running root, by device and inode, as libostree finds the booted
+/// deployment: right even once a rollback in this boot has rewritten the links `ostree=` names.
+pub fn booted_by_root(m: &mut Machine) -> Result<String> {
+    let out = m.sh(
+        "root=$(stat -c %d:%i /); for d in /sysroot/ostree/deploy/*/deploy/*; do \
+         [ -d \"$d\" ] && [ \"$(stat -c %d:%i \"$d\")\" = \"$root\" ] && basename \"$d\"; done; true",
+    )?;
+    Ok(out.trim().to_string())
+}
+
 /// One line of the kubelet stand-in's record (guest/kubelet-standin).
 #[derive(Debug, Clone)]
 pub struct KubeletStart {

@@ -9,6 +9,7 @@ use anyhow::{bail, ensure, Context, Result};
 
 use super::agent::{Agent, Output};
 use super::checks;
+use super::firmware::Firmware;
 use super::qemu::{Accel, Paths, Qemu};
 
 /// One boot of the machine, as announced by the guest agent.
@@ -39,19 +40,20 @@ pub struct Machine {
 impl Machine {
     /// Powers on a VM booting `disk`; logs and sockets go to `dir`.
     pub fn start(dir: &Path, disk: &Path, registry_port: u16) -> Result<Machine> {
-        Machine::start_forwarding(dir, disk, registry_port, &[])
+        Machine::start_forwarding(dir, disk, Firmware::Bios, registry_port, &[])
     }
 
     /// [`Machine::start`], with more guest addresses forwarded to host loopback ports.
     pub fn start_forwarding(
         dir: &Path,
         disk: &Path,
+        firmware: Firmware,
         registry_port: u16,
         forwards: &[(&str, u16)],
     ) -> Result<Machine> {
         let accel = Accel::get();
         let paths = Paths::new(dir);
-        let (qemu, stream) = Qemu::start(disk, &paths, registry_port, forwards, accel)?;
+        let (qemu, stream) = Qemu::start(disk, &paths, registry_port, forwards, accel, firmware)?;
         let agent = Agent::new(stream)?;
         Ok(Machine {
             qemu,
@@ -78,7 +80,12 @@ impl Machine {
     /// Waits for the next boot (a boot id not seen before) to bring up its agent. Fails early
     /// on a panic or emergency shell on the console, or when QEMU exits.
     pub fn wait_boot(&mut self, timeout: Duration) -> Result<Boot> {
+        self.wait_boot_past(None, timeout)
+    }
+
+    fn wait_boot_past(&mut self, broken: Option<&str>, timeout: Duration) -> Result<Boot> {
         let deadline = Instant::now() + timeout;
+        let mut broken_seen = false;
         let mut restart_seen = false;
         loop {
             if let Some(status) = self.qemu.exited()? {
@@ -88,7 +95,11 @@ impl Machine {
                 );
             }
             let console = self.console_since(self.console_mark);
-            let fatal = checks::fatal_lines(&console);
+            let mut fatal = checks::fatal_lines(&console);
+            if let Some(broken) = broken {
+                broken_seen |= console.contains(broken);
+                fatal.retain(|l| !l.contains(broken));
+            }
             ensure!(
                 fatal.is_empty(),
                 "boot {}: {}",
@@ -112,6 +123,13 @@ impl Machine {
             };
             if self.boots.iter().any(|b| b.id == id) {
                 continue;
+            }
+            if let Some(broken) = broken {
+                ensure!(
+                    broken_seen,
+                    "boot {} came up without the broken boot before it ({broken:?} never on the console)",
+                    self.boots.len() + 1
+                );
             }
             let boot = Boot {
                 n: self.boots.len() + 1,
@@ -200,6 +218,22 @@ impl Machine {
         self.console_mark = self.console_len();
         self.agent.send(&boot, script)?;
         self.wait_boot(timeout)
+    }
+
+    /// [`Machine::reboot_by`] into a boot expected to die with console line `broken` (a kernel
+    /// panic, say) and restart by itself before any agent comes up; waits for the boot after
+    /// it. The line must appear, and only lines containing it are excused.
+    pub fn reboot_through_broken(
+        &mut self,
+        script: &str,
+        broken: &str,
+        timeout: Duration,
+    ) -> Result<Boot> {
+        let boot = self.boot().id.clone();
+        self.since = Instant::now();
+        self.console_mark = self.console_len();
+        self.agent.send(&boot, script)?;
+        self.wait_boot_past(Some(broken), timeout)
     }
 
     /// Runs `trigger` in the guest (a script that returns when the moment has come), then resets

@@ -9,6 +9,7 @@ pub mod checks;
 pub mod cmd;
 pub mod disk;
 pub mod facts;
+pub mod firmware;
 pub mod images;
 pub mod machine;
 pub mod mounts;

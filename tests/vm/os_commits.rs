@@ -1,7 +1,8 @@
 //! The two OS versions under test, committed on top of the cached base OS on every run (a few
 //! seconds), because they carry the pivot binary just built:
 //! - v1: base + pivot, pivot.service, the kubelet stand-in, the harness's agent and guest config;
-//! - v2: v1 + a visible change (os-release VERSION and a marker file).
+//! - v2: v1 + a visible change (os-release VERSION and a marker file) and new defaults of two
+//!   /etc files.
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -79,8 +80,17 @@ fn guest_files() -> Vec<(&'static str, u32, &'static [u8])> {
             include_bytes!("guest/registries.conf"),
         ),
         ("usr/share/pivot-vm/release", 0o644, V1_RELEASE.as_bytes()),
+        (ETC_UNTOUCHED, 0o644, V1_ETC_DEFAULT.as_bytes()),
+        (ETC_ADMIN_EDITED, 0o644, V1_ETC_DEFAULT.as_bytes()),
     ]
 }
+
+/// Two default files in /usr/etc that v2 changes: an admin edits the second before the first
+/// boot, so a three-way /etc merge gives v2's first and the admin's second.
+pub const ETC_UNTOUCHED: &str = "usr/etc/pivot-vm/untouched.conf";
+pub const ETC_ADMIN_EDITED: &str = "usr/etc/pivot-vm/admin-edited.conf";
+pub const V1_ETC_DEFAULT: &str = "default of v1\n";
+pub const V2_ETC_DEFAULT: &str = "default of v2\n";
 
 /// Units enabled the vendor way (links in /usr/lib), so /etc holds no harness state.
 const ENABLED: &[(&str, &str)] = &[
@@ -145,6 +155,9 @@ pub fn build(work: &Path, base: &BaseOs, pivot_bin: &Path) -> Result<OsCommits> 
         0o644,
         V2_RELEASE.as_bytes(),
     )?;
+    for file in [ETC_UNTOUCHED, ETC_ADMIN_EDITED] {
+        write(&v2_dir.join(file), 0o644, V2_ETC_DEFAULT.as_bytes())?;
+    }
     let v2 = commit(&repo, V2_REF, V1_REF, &v2_dir, "2")?;
     Ok(OsCommits { repo, v1, v2 })
 }

@@ -1,4 +1,5 @@
-//! One QEMU process booting a disk through its own bootloader (SeaBIOS → extlinux), with
+//! One QEMU process booting a disk through its own bootloader (SeaBIOS → extlinux, or OVMF →
+//! GRUB: see firmware.rs), with
 //! - ttyS0, the console, written to `console.log`;
 //! - ttyS1, where the guest's journald forwards every journal line, written to `journal.log`;
 //! - a virtio-serial port for the harness's command channel (see agent.rs);
@@ -19,6 +20,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use super::firmware::{self, Firmware};
 
 /// Where the guest finds the registry (see guest/registries.conf).
 pub const GUEST_REGISTRY: &str = "10.0.2.100:5000";
@@ -140,6 +143,7 @@ fn probe_kvm() -> Result<()> {
 
 /// Files of one QEMU run, all in one directory.
 pub struct Paths {
+    pub dir: PathBuf,
     pub console: PathBuf,
     pub journal: PathBuf,
     pub agent: PathBuf,
@@ -149,6 +153,7 @@ pub struct Paths {
 impl Paths {
     pub fn new(dir: &Path) -> Paths {
         Paths {
+            dir: dir.to_path_buf(),
             console: dir.join("console.log"),
             journal: dir.join("journal.log"),
             agent: dir.join("agent.sock"),
@@ -172,6 +177,7 @@ impl Qemu {
         registry_port: u16,
         forwards: &[(&str, u16)],
         accel: Accel,
+        firmware: Firmware,
     ) -> Result<(Qemu, UnixStream)> {
         let _ = fs::remove_file(&paths.agent);
         let mut netdev = "user,id=n0,restrict=on".to_string();
@@ -185,7 +191,8 @@ impl Qemu {
         }
         let log = fs::File::create(&paths.qemu_log)?;
         let mut cmd = Command::new("qemu-system-x86_64");
-        cmd.args(["-machine", "pc", "-m", MEMORY_MB, "-smp", "2"])
+        cmd.args(firmware::qemu_args(firmware, &paths.dir)?)
+            .args(["-m", MEMORY_MB, "-smp", "2"])
             .args(match accel {
                 Accel::Kvm => ["-accel", "kvm", "-cpu", "host"],
                 // Measured: `-cpu max` does not make the guest's pivot faster.

@@ -53,7 +53,13 @@ pub fn run(name: &'static str, body: impl FnOnce(&Scenario) -> Result<()>) {
     let elapsed = started.elapsed();
     match error {
         None => {
-            println!("[vm] scenario {name}: passed in {elapsed:.0?}");
+            // Straight to the process's stderr: the test harness captures print!, and CI's log
+            // should show every scenario's time.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "[vm] scenario {name}: passed in {elapsed:.0?}"
+            );
             if std::env::var_os("PIVOT_VM_KEEP").is_none() {
                 let _ = cache::remove_tree(&scenario.dir);
             }

@@ -18,6 +18,8 @@ pub struct AccessLogEntry {
     pub method: String,
     pub path: String,
     pub status: u16,
+    /// Body bytes the registry wrote (what reached the socket, for a cut connection).
+    pub bytes: u64,
 }
 
 pub struct Registry {
@@ -318,11 +320,14 @@ fn parse_access_line(line: &str) -> Option<AccessLogEntry> {
     if !parts.next()?.starts_with("HTTP/") {
         return None;
     }
-    let status = rest.split_whitespace().next()?.parse().ok()?;
+    let mut fields = rest.split_whitespace();
+    let status = fields.next()?.parse().ok()?;
+    let bytes = fields.next().and_then(|b| b.parse().ok()).unwrap_or(0);
     Some(AccessLogEntry {
         method,
         path,
         status,
+        bytes,
     })
 }
 
@@ -339,7 +344,8 @@ mod tests {
             Some(AccessLogEntry {
                 method: "HEAD".into(),
                 path: "/v2/foo/manifests/latest".into(),
-                status: 404
+                status: 404,
+                bytes: 96,
             })
         );
         assert_eq!(parse_access_line(logrus), None);

@@ -1,0 +1,173 @@
+//! The two ways the guests boot, as nodes do:
+//! - BIOS: SeaBIOS → syslinux's MBR → extlinux on /boot, reading libostree's syslinux.cfg;
+//! - UEFI: OVMF (Debian's `ovmf`) → GRUB EFI (`BOOTX64.EFI`, made here with `grub-mkimage`
+//!   from `grub-efi-amd64-bin`) on an ESP → /boot/grub/grub.cfg (guest/grub.cfg).
+//!
+//! Why GRUB reads libostree's syslinux entries (`syslinux_source`) rather than libostree's
+//! grub2 backend: Debian 12's GRUB 2.06 has no `blscfg` module, and libostree's grub2 backend
+//! only detects Fedora's `/boot/grub2` layout and regenerates the whole configuration with
+//! `grub2-mkconfig` at every deploy (and at shutdown, for a staged one), which needs
+//! `grub-probe` on the real boot devices. The syslinux backend writes plain entries atomically
+//! and GRUB translates them at boot, so every deployment libostree writes is an entry GRUB
+//! boots, in libostree's order. The static grub.cfg around it carries the boot-once protocol
+//! pivot arms (src/sysroot/grubenv.rs), and its environment block lives on /boot, which the
+//! guest mounts, so pivot and GRUB share it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::cmd;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Firmware {
+    Bios,
+    Uefi,
+}
+
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// The ESP, appended after the root partition (partition 3, type 0xEF).
+pub const ESP_SIZE: u64 = 64 * 1024 * 1024;
+/// /boot/grub/grub.cfg.
+pub const GRUB_CFG: &str = include_str!("guest/grub.cfg");
+const ESP_GRUB_CFG: &str = include_str!("guest/esp-grub.cfg");
+/// What GRUB EFI needs for this configuration, built into its image (no modules on the ESP).
+const GRUB_MODULES: &[&str] = &[
+    "part_msdos",
+    "fat",
+    "ext2",
+    "normal",
+    "configfile",
+    "search",
+    "search_label",
+    "test",
+    "echo",
+    "linux",
+    "loadenv",
+    "syslinuxcfg",
+    "serial",
+    "terminal",
+    "all_video",
+    "reboot",
+];
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A new environment block, as `grub-editenv create` writes it.
+pub fn empty_grubenv() -> Vec<u8> {
+    let mut block = b"# GRUB Environment Block\n".to_vec();
+    block.resize(1024, b'#');
+    block
+}
+
+/// Lays out /boot's GRUB files in `boot` (the /boot tree before it becomes a partition).
+pub fn write_grub_files(boot: &Path) -> Result<()> {
+    let dir = boot.join("grub");
+    fs::create_dir_all(&dir)?;
+    fs::write(dir.join("grub.cfg"), GRUB_CFG)?;
+    fs::write(dir.join("grubenv"), empty_grubenv())?;
+    Ok(())
+}
+
+/// The ESP image: FAT, with GRUB EFI as the removable-media loader and its stub config.
+pub fn esp(scratch: &Path) -> Result<PathBuf> {
+    let efi = scratch.join("BOOTX64.EFI");
+    cmd::run(
+        Command::new("grub-mkimage")
+            .args(["-O", "x86_64-efi", "-p", "/EFI/BOOT", "-o"])
+            .arg(&efi)
+            .args(GRUB_MODULES),
+        TIMEOUT,
+    )
+    .context("making GRUB's EFI image (is grub-efi-amd64-bin installed?)")?;
+    let cfg = scratch.join("esp-grub.cfg");
+    fs::write(&cfg, ESP_GRUB_CFG)?;
+    let image = scratch.join("esp.img");
+    let _ = fs::remove_file(&image);
+    fs::File::create(&image)?.set_len(ESP_SIZE)?;
+    let mtools = |args: &[&str]| -> Result<()> {
+        cmd::run(Command::new(args[0]).args(&args[1..]), TIMEOUT)
+            .map(drop)
+            .with_context(|| format!("{} (is mtools installed?)", args[0]))
+    };
+    let img = image.display().to_string();
+    mtools(&["mformat", "-i", &img, "-v", "ESP", "::"])?;
+    mtools(&["mmd", "-i", &img, "::/EFI", "::/EFI/BOOT"])?;
+    mtools(&[
+        "mcopy",
+        "-i",
+        &img,
+        &efi.display().to_string(),
+        "::/EFI/BOOT/BOOTX64.EFI",
+    ])?;
+    mtools(&[
+        "mcopy",
+        "-i",
+        &img,
+        &cfg.display().to_string(),
+        "::/EFI/BOOT/grub.cfg",
+    ])?;
+    fs::remove_file(&efi)?;
+    fs::remove_file(&cfg)?;
+    Ok(image)
+}
+
+/// QEMU's arguments for `firmware`; UEFI's variable store is a copy in `dir`.
+pub fn qemu_args(firmware: Firmware, dir: &Path) -> Result<Vec<String>> {
+    Ok(match firmware {
+        Firmware::Bios => vec!["-machine".into(), "pc".into()],
+        Firmware::Uefi => {
+            let vars = dir.join("OVMF_VARS.fd");
+            if !vars.exists() {
+                fs::copy(OVMF_VARS, &vars)
+                    .with_context(|| format!("copying {OVMF_VARS} (is ovmf installed?)"))?;
+            }
+            vec![
+                "-machine".into(),
+                "q35".into(),
+                "-drive".into(),
+                format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
+                "-drive".into(),
+                format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
+            ]
+        }
+    })
+}
+
+/// An environment block as the harness reads it back (independently of pivot's writer).
+#[derive(Debug)]
+pub struct Grubenv(Vec<(String, String)>);
+
+impl Grubenv {
+    pub fn parse(text: &str) -> Result<Grubenv> {
+        let body = text
+            .strip_prefix("# GRUB Environment Block\n")
+            .context("not a GRUB environment block")?;
+        Ok(Grubenv(
+            body.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The entry guest/grub.cfg boots with this block: 1 (the previous deployment) once a
+    /// boot-once attempt has run out, else 0.
+    pub fn next_entry(&self) -> usize {
+        match (self.get("boot_success"), self.get("boot_counter")) {
+            (Some("0"), Some("0" | "-1")) => 1,
+            _ => 0,
+        }
+    }
+}
