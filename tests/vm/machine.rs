@@ -25,6 +25,8 @@ pub struct Boot {
 pub struct Machine {
     qemu: Qemu,
     agent: Agent,
+    /// How QEMU was started, to start it again after a UEFI guest's reset (see firmware.rs).
+    launch: Launch,
     paths: Paths,
     dir: PathBuf,
     accel: Accel,
@@ -35,6 +37,14 @@ pub struct Machine {
     console_mark: usize,
     /// Units this scenario expects to fail (e.g. pivot.service when the registry is down).
     pub expected_failures: Vec<&'static str>,
+}
+
+/// QEMU's arguments, kept for a cold restart.
+struct Launch {
+    disk: PathBuf,
+    firmware: Firmware,
+    registry_port: u16,
+    forwards: Vec<(String, u16)>,
 }
 
 impl Machine {
@@ -55,9 +65,16 @@ impl Machine {
         let paths = Paths::new(dir);
         let (qemu, stream) = Qemu::start(disk, &paths, registry_port, forwards, accel, firmware)?;
         let agent = Agent::new(stream)?;
+        let launch = Launch {
+            disk: disk.to_path_buf(),
+            firmware,
+            registry_port,
+            forwards: forwards.iter().map(|(g, p)| (g.to_string(), *p)).collect(),
+        };
         Ok(Machine {
             qemu,
             agent,
+            launch,
             paths,
             dir: dir.to_path_buf(),
             accel,
@@ -89,10 +106,14 @@ impl Machine {
         let mut restart_seen = false;
         loop {
             if let Some(status) = self.qemu.exited()? {
-                bail!(
+                // A UEFI guest's reset ends QEMU (-no-reboot): power it on again.
+                ensure!(
+                    self.launch.firmware == Firmware::Uefi && status.success(),
                     "QEMU exited ({status}) while waiting for boot {}",
                     self.boots.len() + 1
                 );
+                self.power_on_again()?;
+                continue;
             }
             let console = self.console_since(self.console_mark);
             let mut fatal = checks::fatal_lines(&console);
@@ -118,7 +139,18 @@ impl Machine {
                 );
             }
             let step = (Instant::now() + Duration::from_secs(2)).min(deadline);
-            let Some((id, at)) = self.agent.next_hello(step)? else {
+            let hello = match self.agent.next_hello(step) {
+                Ok(hello) => hello,
+                // The socket closes as QEMU exits: the exit is handled above, once it is seen.
+                Err(e) if self.launch.firmware == Firmware::Uefi => {
+                    if !self.qemu_exits_soon()? {
+                        return Err(e);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let Some((id, at)) = hello else {
                 continue;
             };
             if self.boots.iter().any(|b| b.id == id) {
@@ -145,6 +177,39 @@ impl Machine {
             self.boots.push(boot.clone());
             return Ok(boot);
         }
+    }
+
+    /// Whether QEMU exits within a few seconds (its agent socket having closed).
+    fn qemu_exits_soon(&mut self) -> Result<bool> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.qemu.exited()?.is_some() {
+                return Ok(true);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(false)
+    }
+
+    /// Starts QEMU again on the same disk and variable store: a cold boot after a reset.
+    fn power_on_again(&mut self) -> Result<()> {
+        let forwards: Vec<(&str, u16)> = self
+            .launch
+            .forwards
+            .iter()
+            .map(|(g, p)| (g.as_str(), *p))
+            .collect();
+        let (qemu, stream) = Qemu::start(
+            &self.launch.disk,
+            &self.paths,
+            self.launch.registry_port,
+            &forwards,
+            self.accel,
+            self.launch.firmware,
+        )?;
+        self.qemu = qemu;
+        self.agent = Agent::new(stream)?;
+        Ok(())
     }
 
     /// Runs `script` in the current boot; returns its output and exit code.

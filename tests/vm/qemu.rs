@@ -189,7 +189,11 @@ impl Qemu {
                 ",guestfwd=tcp:{host}:{guest_port}-cmd:socat - TCP:127.0.0.1:{port}"
             ));
         }
-        let log = fs::File::create(&paths.qemu_log)?;
+        // Appended to: a UEFI machine's QEMU is started again after each reset.
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&paths.qemu_log)?;
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args(firmware::qemu_args(firmware, &paths.dir)?)
             .args(["-m", MEMORY_MB, "-smp", "2"])
@@ -207,10 +211,16 @@ impl Qemu {
                 disk.display()
             ))
             .arg("-chardev")
-            .arg(format!("file,id=console,path={}", paths.console.display()))
+            .arg(format!(
+                "file,id=console,path={},append=on",
+                paths.console.display()
+            ))
             .args(["-serial", "chardev:console"])
             .arg("-chardev")
-            .arg(format!("file,id=journal,path={}", paths.journal.display()))
+            .arg(format!(
+                "file,id=journal,path={},append=on",
+                paths.journal.display()
+            ))
             .args(["-serial", "chardev:journal"])
             .args(["-device", "virtio-serial-pci"])
             .arg("-chardev")
