@@ -230,6 +230,11 @@ fn parse_layout(spec: &str, rest: &str, transport: Transport) -> Result<ImageRef
         .to_str()
         .with_context(|| format!("the path of {spec:?} is not UTF-8"))?
         .to_string();
+    // `dir /.` is `dir ` once made absolute: its trailing space would be trimmed on reading back.
+    ensure!(
+        !repository.ends_with(char::is_whitespace),
+        "{kind} reference {spec:?} names a path ending in whitespace"
+    );
     Ok(ImageRef {
         transport,
         registry: String::new(),
@@ -399,6 +404,7 @@ mod tests {
         assert!(err("oci:").contains("oci reference \"oci:\" names no path"));
         assert!(err("oci:\r/.").contains("contains a control character"));
         assert!(err("oci:/srv/os\t:v2").contains("contains a control character"));
+        assert!(err("oci:[fd /.").contains("ending in whitespace"));
         assert!(err("oci-archive::v1").contains("names no path"));
         assert!(err("oci:/srv/os:-bad").contains("tag \"-bad\""));
         assert!(err("oci:/srv/os@sha256:abc").contains("64 lowercase hex"));
