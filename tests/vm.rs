@@ -970,7 +970,8 @@ fn bad_image() {
 }
 
 /// Power cuts in the middle of a pivot: the node boots a complete deployment every time. A cut
-/// during the import boots v1 with a consistent repo; a cut after staging (before
+/// during the import boots v1 with a consistent repo, and the next pivot fetches only the part
+/// of the layer it lacks; a cut after staging (before
 /// ostree-finalize-staged could write the deployment at shutdown) boots v1 too, and
 /// pivot-confirm.service reports that the pivot did not take effect; a pivot after that
 /// completes.
@@ -990,11 +991,13 @@ fn hard_reset_mid_pivot() {
         m.base_checks()?;
         assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
 
-        // Cut 1: half way through the layer's import (by pivot's own progress stream).
+        // Cut 1: half way through the layer's import (by pivot's own progress stream), once
+        // pivot has saved a checkpoint (the first waits for a sync of all the import wrote).
         let importing = format!(
             "(pivot --progress-fd 3 {} 3>/run/pivot-progress >/dev/null 2>&1 &); \
              until grep -o '\"done\":[0-9]*,\"size\":[0-9]*' /run/pivot-progress 2>/dev/null \
-               | tr -c '0-9\\n' ' ' | awk '$1 * 2 >= $2 {{ found = 1 }} END {{ exit !found }}'; \
+               | tr -c '0-9\\n' ' ' | awk '$1 * 2 >= $2 {{ found = 1 }} END {{ exit !found }}' \
+               && ls /sysroot/ostree/repo/tmp/pivot-downloads/*.checkpoint >/dev/null 2>&1; \
              do sleep 0.2; done",
             v2.guest_by_tag()
         );
@@ -1005,10 +1008,25 @@ fn hard_reset_mid_pivot() {
         m.sh("ostree fsck --repo=/sysroot/ostree/repo")
             .context("the repo after a power cut during the import")?;
 
-        // Cut 2: right after staging, before shutdown could finalize the deployment. This run
-        // fetches the layer again, once: the half imported before the cut was staged in a
-        // transaction that died with the boot (docs/safety.md), so nothing of it is reused.
+        // The next pivot fetches only what was missing: the download kept before the cut (made
+        // durable with each checkpoint) is replayed, the objects the checkpoint names are taken
+        // back from the staging directory the cut left behind, and the rest of the layer comes
+        // in one range request.
         let layer = &images.v2_layer;
+        let spool = format!(
+            "/sysroot/ostree/repo/tmp/pivot-downloads/{}.partial",
+            layer.digest.replace(':', "-")
+        );
+        let kept: u64 = m
+            .sh(&format!("stat -c %s {spool}"))
+            .context("the download kept through the cut")?
+            .trim()
+            .parse()?;
+        ensure!(
+            kept > 0 && kept < layer.size,
+            "{kept} of the layer's {} bytes were kept",
+            layer.size
+        );
         let blob = format!("/v2/{}/blobs/{}", v2.repository, layer.digest);
         let before = registry.requests().len();
         let out = m.run(&format!("pivot {}", v2.guest_by_tag()), m.scaled(300))?;
@@ -1020,15 +1038,28 @@ fn hard_reset_mid_pivot() {
             .collect();
         let bytes: u64 = fetched.iter().map(|r| r.bytes).sum();
         println!(
-            "[vm]   after the cut, the layer ({} bytes) was fetched with {bytes} bytes ({:?})",
+            "[vm]   after the cut: {kept} of the layer's {} bytes kept, {bytes} fetched ({:?})",
             layer.size,
             fetched.iter().map(|r| r.status).collect::<Vec<_>>()
         );
         ensure!(
-            !fetched.is_empty() && bytes <= layer.size,
-            "the pivot after the cut fetched the layer more than once: {fetched:?} of {} bytes",
-            layer.size
+            fetched.len() == 1 && fetched[0].status == 206 && bytes == layer.size - kept,
+            "the pivot after the cut should have fetched the {} bytes it lacked, in one range \
+             request: {fetched:?}\n{}",
+            layer.size - kept,
+            out.text
         );
+        for said in [
+            "an import cut by a reboot had staged",
+            "resumes from a checkpoint",
+        ] {
+            ensure!(
+                out.text.contains(said),
+                "pivot did not say {said:?}:\n{}",
+                out.text
+            );
+        }
+        // Cut 2: right after staging, before shutdown could finalize the deployment.
         m.hard_reset_after("sync", m.scaled(150))
             .context("power cut after staging")?;
         m.expected_failures = vec!["pivot-confirm.service"];

@@ -14,4 +14,5 @@ pub mod registry;
 pub mod retry;
 pub mod sha256_state;
 pub mod source;
+pub(crate) mod spool_writer;
 pub(crate) mod spools;

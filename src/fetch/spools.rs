@@ -14,23 +14,27 @@
 //!
 //! A run that finds a record or a checkpoint checks that every object it names is still there
 //! (libostree hands the staging directory of an interrupted transaction to the next one in the
-//! same boot) before it trusts it; when any is missing (after a reboot, say) it fetches the
-//! layer again. Records and checkpoints are written to a temporary file and renamed into place;
+//! same boot; after a reboot, `crate::import::adopt` takes them back) before it trusts it; when
+//! any is missing it fetches the layer again. Records and checkpoints are written once what they name is on disk (see
+//! [`super::spool_writer`]), to a temporary file renamed into place;
 //! the directory is 0700 and its files 0600 (image content not yet in the repo). Everything here
 //! is removed when an import ends, whatever its outcome.
 
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use super::spool_writer::{SpoolWriter, Write as SpoolWrite};
 use crate::fetch::image::OsImage;
 use crate::import::{ImportedLayer, LayerCheckpoint};
 
 pub(crate) struct Spools {
     dir: PathBuf,
     enabled: bool,
+    /// None in unit tests: writes are then made at once.
+    writer: Option<SpoolWriter>,
 }
 
 const PARTIAL: &str = "partial";
@@ -56,7 +60,15 @@ impl Spools {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        Spools { dir, enabled }
+        let writer = enabled.then(|| {
+            let target = dir.clone();
+            SpoolWriter::start(dir.clone(), move |digest, write| apply(&target, digest, write))
+        });
+        Spools {
+            dir,
+            enabled,
+            writer,
+        }
     }
 
     /// Bytes of the layer `digest` (of `size` bytes) an earlier run kept in the repo at
@@ -112,47 +124,32 @@ impl Spools {
         }
     }
 
-    /// Replaces the layer's spool (and checkpoint) by the record of its import.
+    /// Replaces the layer's spool (and checkpoint) by the record of its import, once the
+    /// objects it names are on disk.
     pub fn save(&self, digest: &str, record: &ImportedLayer<'_>) -> Result<()> {
-        self.write(digest, IMPORTED, record)?;
-        for ext in [PARTIAL, CHECKPOINT] {
-            let _ = std::fs::remove_file(self.dir.join(file_name(digest, ext)));
-        }
+        let json = serde_json::to_vec(record).context("serializing a layer's record")?;
+        self.send(digest, SpoolWrite::Imported { json });
         Ok(())
     }
 
-    /// Saves a checkpoint inside the layer `digest`, then frees the spooled bytes before it
-    /// (punches them out of the file, which keeps its length: the next run appends after it).
+    /// Saves a checkpoint inside the layer `digest` once the objects it names are on disk,
+    /// then frees the spooled bytes before it (punches them out of the file, which keeps its
+    /// length: the next run appends after it).
     pub fn save_checkpoint(&self, digest: &str, checkpoint: &LayerCheckpoint<'_>) -> Result<()> {
-        self.write(digest, CHECKPOINT, checkpoint)?;
-        let path = self.dir.join(file_name(digest, PARTIAL));
-        let end = checkpoint.point.input / 4096 * 4096;
-        crate::fetch::blob_reader::free_before(&path, end)
-            .with_context(|| format!("freeing the first {end} bytes of {}", path.display()))
+        let json = serde_json::to_vec(checkpoint).context("serializing a checkpoint")?;
+        let free_before = checkpoint.point.input / 4096 * 4096;
+        self.send(digest, SpoolWrite::Checkpoint { json, free_before });
+        Ok(())
     }
 
-    /// Writes a temporary file and renames it into place.
-    fn write(&self, digest: &str, ext: &str, value: &impl serde::Serialize) -> Result<()> {
-        let path = self.dir.join(file_name(digest, ext));
-        let tmp = self.dir.join(format!(".{}.tmp", file_name(digest, ext)));
-        let written = (|| -> Result<()> {
-            crate::node::state::private_dir(&self.dir)?;
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            let mut out = BufWriter::new(file);
-            serde_json::to_writer(&mut out, value)?;
-            out.flush()?;
-            std::fs::rename(&tmp, &path)?;
-            Ok(())
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+    fn send(&self, digest: &str, write: SpoolWrite) {
+        let unsent = match &self.writer {
+            Some(writer) => writer.send(digest, write),
+            None => Err(write),
+        };
+        if let Err(write) = unsent {
+            apply(&self.dir, digest, write);
         }
-        written.with_context(|| format!("saving {}", path.display()))
     }
 
     /// Drops what is kept of the layer `digest` (its objects are gone, or its files unusable).
@@ -162,9 +159,64 @@ impl Spools {
         }
     }
 
-    pub fn remove_all(&self) {
+    /// Drops everything, what waits to be written included (the import ended).
+    pub fn remove_all(&mut self) {
+        if let Some(writer) = &mut self.writer {
+            writer.stop();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Makes a write of the layer `digest` under `dir`; a failure is logged (the next run then
+/// finds less to resume from, or the download instead of the record).
+fn apply(dir: &Path, digest: &str, write: SpoolWrite) {
+    let remove = |ext| {
+        let _ = std::fs::remove_file(dir.join(file_name(digest, ext)));
+    };
+    match write {
+        SpoolWrite::Imported { json } => match write_file(dir, digest, IMPORTED, &json) {
+            Ok(()) => [PARTIAL, CHECKPOINT].into_iter().for_each(remove),
+            Err(e) => tracing::warn!("{e:#}; the download stays spooled instead"),
+        },
+        SpoolWrite::Checkpoint { json, free_before } => {
+            let freed = write_file(dir, digest, CHECKPOINT, &json).and_then(|()| {
+                let path = dir.join(file_name(digest, PARTIAL));
+                crate::fetch::blob_reader::free_before(&path, free_before).with_context(|| {
+                    format!("freeing the first {free_before} bytes of {}", path.display())
+                })
+            });
+            if let Err(e) = freed {
+                tracing::warn!("{e:#}");
+            }
+        }
+    }
+}
+
+/// Writes a temporary file and renames it into place.
+fn write_file(dir: &Path, digest: &str, ext: &str, bytes: &[u8]) -> Result<()> {
+    let path = dir.join(file_name(digest, ext));
+    let tmp = dir.join(format!(".{}.tmp", file_name(digest, ext)));
+    let written = (|| -> Result<()> {
+        crate::node::state::private_dir(dir)?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        // On the writer's thread, off the import's path: a record or checkpoint that is renamed
+        // into place is whole, and is on disk before the spool is punched after it.
+        file.sync_data()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(dir)?.sync_all()?;
+        Ok(())
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.with_context(|| format!("saving {}", path.display()))
 }
 
 fn file_name(digest: &str, ext: &str) -> String {
@@ -181,6 +233,7 @@ mod tests {
         Spools {
             dir: dir.join(Spools::DIR),
             enabled: true,
+            writer: None,
         }
     }
 

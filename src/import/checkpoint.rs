@@ -41,10 +41,11 @@ fn checkpoint_interval(size: u64) -> u64 {
 }
 
 /// The most a checkpointed layer's spool holds on disk: the bytes since the last checkpoint
-/// (up to an interval, plus how far the decoder's newest point and the import trail the
-/// download: a point span, the decompressed chunks in flight, a read buffer), with a margin.
+/// written (up to two intervals: one may wait for the sync that makes it durable, see
+/// `crate::fetch::spool_writer`), plus how far the decoder's newest point and the import trail
+/// the download (a point span, the decompressed chunks in flight, a read buffer), with a margin.
 pub fn spool_bound(size: u64) -> u64 {
-    checkpoint_interval(size) + (4 << 20)
+    2 * checkpoint_interval(size) + (4 << 20)
 }
 
 /// Saves a checkpoint (see [`Checkpoints::save`]).

@@ -8,6 +8,7 @@
 //! ([`member`]), every layer's decompressed size is bounded ([`stream`]), every object must hash
 //! to its name ([`objects`]), and the repo's text files must be small, UTF-8 and free of NULs.
 
+mod adopt;
 mod checkpoint;
 pub mod commit_walk;
 mod derived;
@@ -38,6 +39,7 @@ use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
 
 use crate::fetch::blob_reader::Blob;
 pub use checkpoint::{spool_bound, Checkpoints, LayerCheckpoint};
+pub(crate) use adopt::adopt;
 pub use staging::remove_unheld_staging_dirs;
 
 const REPO_DIR: &str = "srv/repo/";
@@ -417,6 +419,11 @@ pub struct ImportedLayer<'a> {
 }
 
 impl ImportedLayer<'_> {
+    /// The objects the layer brought (so far, in a checkpoint).
+    pub(crate) fn objects(&self) -> &[ObjectKey] {
+        &self.objects
+    }
+
     /// The record of a native layer's import so far: only its objects (it has no repo config,
     /// refs or members outside the repo to keep). None without recorded object names.
     fn native(tally: &Tally) -> Option<ImportedLayer<'_>> {

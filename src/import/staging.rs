@@ -25,8 +25,19 @@ pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
 /// must not, and a killed run (its `<name>-lock` file left behind, unheld) leaves them for
 /// good. libostree reuses such a directory only in the boot that made it, and deletes one only
 /// after a day. A directory whose lock is held (a transaction of this or another program) is
-/// left alone.
+/// left alone. Earlier boots' directories moved aside to be read ([`super::adopt()`]) go too.
 pub fn remove_unheld_staging_dirs(tmp: &Path) {
+    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(super::adopt::ADOPT_PREFIX)
+        {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!("could not free {}: {e}", entry.path().display());
+            }
+        }
+    }
     for name in staging_dirs(tmp) {
         let name = name.to_string_lossy();
         if name.ends_with("-lock") {

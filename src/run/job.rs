@@ -301,7 +301,7 @@ impl Job {
 
     fn import_in_transaction(&self, repo: &ostree::Repo, spooling: bool) -> Result<String> {
         let repo_path = repo.path().path().unwrap_or_default();
-        let spools = Spools::new(&repo_path, &self.os, spooling);
+        let mut spools = Spools::new(&repo_path, &self.os, spooling);
         let imported = self.import_layers(repo, &spools);
         // A killed run keeps its downloads for the next one; a run that ends keeps nothing.
         spools.remove_all();
@@ -312,6 +312,7 @@ impl Job {
         let tx = repo
             .auto_transaction(gio::Cancellable::NONE)
             .context("starting a repo transaction")?;
+        self.adopt(repo, spools)?;
         self.progress.step(Step::Importing);
         let sizes: Vec<(String, u64)> = self
             .os
@@ -368,6 +369,31 @@ impl Job {
         let commit = commits.swap_remove(0);
         tracing::info!("imported {commit}: {written} objects written, {skipped} already present");
         Ok(commit)
+    }
+
+    /// Takes into the open transaction what an import cut by a reboot staged of the layers
+    /// it recorded (see [`import::adopt()`]).
+    fn adopt(&self, repo: &ostree::Repo, spools: &Spools) -> Result<()> {
+        let adopted = import::adopt(repo, || {
+            let mut wanted = std::collections::HashSet::new();
+            for layer in &self.os.layers {
+                let digest = &layer.descriptor.digest;
+                let checkpoint = spools.checkpoint(digest).map(|c| c.importer);
+                for record in spools.imported(digest).into_iter().chain(checkpoint) {
+                    wanted.extend(record.objects().iter().copied());
+                }
+            }
+            wanted
+        })
+        .context("reading what an import before the last reboot staged")?;
+        if adopted.objects > 0 || adopted.damaged > 0 {
+            tracing::info!(
+                "took {} objects an import cut by a reboot had staged ({} did not read back whole)",
+                adopted.objects,
+                adopted.damaged
+            );
+        }
+        Ok(())
     }
 
     /// Imports the layers [`PARALLEL_LAYERS`] at a time into the open transaction, each into its

@@ -22,6 +22,7 @@ mod outcomes;
 mod pivots;
 mod proxies;
 mod prune;
+mod reboot;
 mod refusals;
 mod rollback;
 mod signatures;
