@@ -86,6 +86,17 @@ impl<'a> Tracker<'a> {
         }
     }
 
+    /// Whether a checkpoint is due at the end of a tar member (`end`: its offset in this run's
+    /// tar stream): the import then makes its state whole (its writes staged) and calls
+    /// [`Tracker::member_end`].
+    pub fn due(&self, end: u64) -> bool {
+        self.save.is_some()
+            && self
+                .points
+                .at_or_before(self.base + end)
+                .is_some_and(|point| point.input >= self.last_input + self.interval)
+    }
+
     /// At the end of a tar member (`end`: its offset in this run's tar stream), saves a
     /// checkpoint when one is due, with the import's state there: `state` gives its record and,
     /// for a native layer, its xattrs objects (None: no checkpoint can be taken).

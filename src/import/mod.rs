@@ -20,6 +20,7 @@ mod selinux;
 pub mod staging;
 pub mod store;
 mod stream;
+mod writers;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -34,7 +35,8 @@ use crate::fetch::image::{is_checksum, Compression, Format, OsImage};
 use checkpoint::{Tracker, POINT_SPAN};
 use member::{Member, MemberCheck};
 pub(crate) use objects::{object_name, object_type, ObjectKey};
-use objects::{write_object, Tally};
+use objects::{write_object, Tally, IN_MEMORY_OBJECT};
+use writers::Writers;
 use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
 
 use crate::fetch::blob_reader::Blob;
@@ -66,6 +68,8 @@ pub struct RepoImporter {
     /// The commit of this layer's ref in the store, once written
     /// ([`Self::write_layer_commit`]).
     pub layer_commit: Option<String>,
+    /// Threads writing a legacy layer's objects ([`writers`]).
+    writer_threads: usize,
 }
 
 impl RepoImporter {
@@ -84,7 +88,13 @@ impl RepoImporter {
             members: MemberCheck::default(),
             tally: Tally::default(),
             layer_commit: None,
+            writer_threads: 1,
         }
+    }
+
+    /// Writes a legacy layer's objects on `threads` threads (see [`writers`]).
+    pub fn write_with(&mut self, threads: usize) {
+        self.writer_threads = threads.max(1);
     }
 
     /// Keeps the names of the objects the layer brings, for [`Self::record`].
@@ -235,31 +245,49 @@ impl RepoImporter {
         self.import_stream(reader, None)
     }
 
-    fn import_stream(
-        &mut self,
-        reader: impl Read,
-        mut tracker: Option<&mut Tracker>,
-    ) -> Result<()> {
+    fn import_stream(&mut self, reader: impl Read, tracker: Option<&mut Tracker>) -> Result<()> {
         if self.derived_layer {
             return self.derived.import_tar(&self.repo, reader);
         }
         if self.format == Format::Native {
             return self.native.import_tar(&self.repo, reader, tracker);
         }
+        let mut writers = Writers::start(&self.repo, self.writer_threads)?;
+        let imported = self.import_legacy(reader, tracker, &mut writers);
+        // Objects before the member that failed were written meanwhile: the earliest failure
+        // is the one to report.
+        match (writers.drain(&mut self.tally), imported) {
+            (Err(e), _) => Err(e),
+            (Ok(()), imported) => imported,
+        }
+    }
+
+    fn import_legacy(
+        &mut self,
+        reader: impl Read,
+        mut tracker: Option<&mut Tracker>,
+        writers: &mut Writers,
+    ) -> Result<()> {
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries().context("reading the layer as tar")? {
             let mut entry = entry.context("reading the layer as tar")?;
             let end = checkpoint::member_end(&entry);
             let sparse = entry.header().entry_type().is_gnu_sparse();
-            self.legacy_member(&mut entry)?;
-            if let Some(tracker) = tracker.as_deref_mut().filter(|_| !sparse) {
+            self.legacy_member(&mut entry, writers)?;
+            if let Some(tracker) = tracker.as_deref_mut().filter(|t| !sparse && t.due(end)) {
+                // A checkpoint names only objects already staged.
+                writers.drain(&mut self.tally)?;
                 tracker.member_end(end, || Some((self.record()?, BTreeMap::new())));
             }
         }
         Ok(())
     }
 
-    fn legacy_member(&mut self, entry: &mut tar::Entry<impl Read>) -> Result<()> {
+    fn legacy_member(
+        &mut self,
+        entry: &mut tar::Entry<impl Read>,
+        writers: &mut Writers,
+    ) -> Result<()> {
         let kind = entry.header().entry_type();
         let mode = entry.header().mode().unwrap_or(0);
         let link = entry.link_name_bytes().map(|l| l.into_owned());
@@ -281,6 +309,11 @@ impl RepoImporter {
         } else if let Some(obj) = rel.strip_prefix("objects/") {
             if let Some((checksum, ext)) = object_name(obj) {
                 let size = entry.size();
+                if size <= IN_MEMORY_OBJECT {
+                    let mut data = Vec::with_capacity(size as usize);
+                    entry.take(size).read_to_end(&mut data).with_context(context)?;
+                    return writers.submit(&rel, checksum, ext, data);
+                }
                 let outcome =
                     write_object(&self.repo, &checksum, ext, entry, size).with_context(context)?;
                 self.tally.count(&checksum, ext, outcome);

@@ -19,8 +19,9 @@ use crate::fetch::image::is_checksum;
 
 use super::stream::{ChunkReader, STREAM_CHUNK};
 
-/// Objects up to this size are written from memory; larger ones are streamed.
-const IN_MEMORY_OBJECT: u64 = 1 << 20;
+/// Objects up to this size are written from memory (on the writer threads: see
+/// [`super::writers`]); larger ones are streamed.
+pub(super) const IN_MEMORY_OBJECT: u64 = 1 << 20;
 /// Commit, dirtree, dirmeta and detached metadata objects are small; this bounds what a hostile
 /// image can make pivot hold in memory.
 pub(super) const MAX_METADATA_OBJECT: u64 = 64 << 20;
@@ -138,7 +139,8 @@ pub(crate) fn object_type(ext: &str) -> Option<ObjectType> {
     })
 }
 
-/// Writes the object file `entry` (of `size` bytes), named `checksum` + `.ext`.
+/// Writes the object file `entry` (of `size` bytes), named `checksum` + `.ext`: a large file
+/// object streamed, anything else read into memory first.
 pub(super) fn write_object(
     repo: &ostree::Repo,
     checksum: &str,
@@ -146,52 +148,71 @@ pub(super) fn write_object(
     entry: &mut impl Read,
     size: u64,
 ) -> Result<Outcome> {
-    let objtype = match object_type(ext) {
-        Some(ObjectType::CommitMeta) => {
-            write_commitmeta(repo, checksum, entry, size)?;
-            return Ok(Outcome::Written);
+    match object_type(ext) {
+        Some(ObjectType::File) if ext == "filez" && size > IN_MEMORY_OBJECT => {
+            if repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)? {
+                return Ok(Outcome::Skipped);
+            }
+            let actual = write_filez_streaming(repo, checksum, entry, size)?;
+            matches_name(checksum, ext, &actual)?;
+            Ok(Outcome::Written)
+        }
+        Some(ObjectType::File) if ext == "filez" => {
+            write_object_bytes(repo, checksum, ext, read_all(entry, size)?)
         }
         // A bare `.file` is not what an archive repo holds.
-        Some(t) if ext != "file" => t,
+        Some(_) if ext != "file" => {
+            write_object_bytes(repo, checksum, ext, read_bounded(entry, size)?)
+        }
         // Signatures, tombstones and the like carry nothing a deployment needs.
+        _ => Ok(Outcome::Ignored),
+    }
+}
+
+/// Writes the object file `checksum` + `.ext` read into memory as `data` (a file object of at
+/// most [`IN_MEMORY_OBJECT`] bytes, or a metadata object).
+pub(super) fn write_object_bytes(
+    repo: &ostree::Repo,
+    checksum: &str,
+    ext: &str,
+    data: Vec<u8>,
+) -> Result<Outcome> {
+    let objtype = match object_type(ext) {
+        Some(ObjectType::CommitMeta) => {
+            write_commitmeta(repo, checksum, data)?;
+            return Ok(Outcome::Written);
+        }
+        Some(t) if ext != "file" => t,
         _ => return Ok(Outcome::Ignored),
     };
     let cancellable = gio::Cancellable::NONE;
     if repo.has_object(objtype, checksum, cancellable)? {
         return Ok(Outcome::Skipped);
     }
+    let size = data.len() as u64;
+    let data = glib::Bytes::from_owned(data);
     let actual = if objtype == ObjectType::File {
-        if size <= IN_MEMORY_OBJECT {
-            let data = read_all(entry, size)?;
-            let input = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(data));
-            write_filez(repo, checksum, &input, size)?
-        } else {
-            write_filez_streaming(repo, checksum, entry, size)?
-        }
+        let input = gio::MemoryInputStream::from_bytes(&data);
+        write_filez(repo, checksum, &input, size)?
     } else {
-        let data = read_bounded(entry, size)?;
-        let variant = glib::Variant::from_bytes_with_type(
-            &glib::Bytes::from_owned(data),
-            metadata_type(objtype),
-        );
+        let variant = glib::Variant::from_bytes_with_type(&data, metadata_type(objtype));
         repo.write_metadata(objtype, Some(checksum), &variant, cancellable)
             .context("writing metadata object")?
             .to_hex()
     };
+    matches_name(checksum, ext, &actual)?;
+    Ok(Outcome::Written)
+}
+
+fn matches_name(checksum: &str, ext: &str, actual: &str) -> Result<()> {
     ensure!(
         actual == checksum,
         "object {checksum}.{ext} holds content whose checksum is {actual}: its content does not match its name"
     );
-    Ok(Outcome::Written)
+    Ok(())
 }
 
-fn write_commitmeta(
-    repo: &ostree::Repo,
-    checksum: &str,
-    entry: &mut impl Read,
-    size: u64,
-) -> Result<()> {
-    let data = read_bounded(entry, size)?;
+fn write_commitmeta(repo: &ostree::Repo, checksum: &str, data: Vec<u8>) -> Result<()> {
     let variant = glib::Variant::from_bytes_with_type(
         &glib::Bytes::from_owned(data),
         glib::VariantTy::VARDICT,

@@ -264,6 +264,15 @@ impl Job {
     }
 
     /// Whether the import of `layer` keeps checkpoints (see `import::checkpoint`).
+    /// Threads writing a legacy layer's objects: the cores shared among the layers imported at
+    /// once. One big layer — how oscontainers ship — gets them all; with several layers each
+    /// gets one (more threads would only add memory: measured in benches/pivot-bench).
+    pub(super) fn writers_per_layer(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+        let layers = PARALLEL_LAYERS.min(self.os.layers.len()).max(1);
+        (cores / layers).max(1)
+    }
+
     pub(super) fn checkpointed(&self, layer: &Layer) -> bool {
         !layer.derived && layer.compression == Compression::Gzip
     }

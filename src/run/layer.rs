@@ -97,6 +97,7 @@ impl Job {
                 (importer, None)
             }
         };
+        importer.write_with(self.writers_per_layer());
         let size = layer.descriptor.size.max(0) as u64;
         let mut save =
             |checkpoint: &LayerCheckpoint<'_>| spools.save_checkpoint(digest, checkpoint);
