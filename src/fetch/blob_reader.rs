@@ -89,8 +89,12 @@ impl BlobReader {
         let size = u64::try_from(desc.size)
             .map_err(|_| io::Error::other(format!("blob {} has a negative size", desc.digest)))?;
         let from = resume.as_ref().map_or(0, |r| r.from);
+        // A checkpoint vouches for the spool only up to the bytes it had read: those were
+        // synced before it was written (see `crate::fetch::spool_writer`); what follows may not
+        // have reached the disk whole before a power cut, so it is fetched again.
+        let trusted = resume.as_ref().map(|r| r.mark.read);
         let (replay, spool, offset) = match spool {
-            Some(path) => open_spool(path, size, from)?,
+            Some(path) => open_spool(path, size, from, trusted)?,
             None => (None, None, 0),
         };
         let (hasher, hashed_to) = match resume {
@@ -234,11 +238,23 @@ impl Read for BlobReader {
 /// Opens `path` for replay from byte `from` and append; a spool longer than the blob, or one
 /// whose bytes before `from` are gone while `from` is 0, is discarded. Spools hold image content
 /// that is not yet in the repo: the file is 0600 and its directory 0700.
-fn open_spool(path: &Path, size: u64, from: u64) -> io::Result<(Option<File>, Option<File>, u64)> {
+fn open_spool(
+    path: &Path,
+    size: u64,
+    from: u64,
+    trusted: Option<u64>,
+) -> io::Result<(Option<File>, Option<File>, u64)> {
     if let Some(dir) = path.parent() {
         crate::node::state::private_dir(dir).map_err(io::Error::other)?;
     }
-    let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let mut existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if let Some(trusted) = trusted.filter(|t| *t < existing) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)?
+            .set_len(trusted)?;
+        existing = trusted;
+    }
     let keep = existing <= size && (from > 0 || starts_with_data(path));
     let writer = std::fs::OpenOptions::new()
         .create(true)
@@ -411,15 +427,32 @@ mod tests {
         std::fs::write(&path, vec![7u8; 64 << 10]).unwrap();
         free_before(&path, 32 << 10).unwrap();
         // From a checkpoint at byte 40 KiB: replayed from there, appended to at the end.
-        let (replay, _, offset) = open_spool(&path, 1 << 20, 40 << 10).unwrap();
+        let (replay, _, offset) = open_spool(&path, 1 << 20, 40 << 10, None).unwrap();
         assert_eq!(offset, 64 << 10);
         let mut rest = Vec::new();
         replay.unwrap().read_to_end(&mut rest).unwrap();
         assert_eq!(rest, vec![7u8; 24 << 10]);
         // Without one, its zeros are not taken for the blob's first bytes: it starts over.
-        let (replay, _, offset) = open_spool(&path, 1 << 20, 0).unwrap();
+        let (replay, _, offset) = open_spool(&path, 1 << 20, 0, None).unwrap();
         assert!(replay.is_none());
         assert_eq!(offset, 0);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_spool_is_kept_only_as_far_as_its_checkpoint_vouches() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spools/layer.partial");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // 48 KiB read by the checkpoint, then 16 KiB a power cut may have torn.
+        let mut bytes = vec![7u8; 48 << 10];
+        bytes.extend(vec![0u8; 16 << 10]);
+        std::fs::write(&path, bytes).unwrap();
+        let (replay, _, offset) = open_spool(&path, 1 << 20, 40 << 10, Some(48 << 10)).unwrap();
+        assert_eq!(offset, 48 << 10, "the download goes on after what the checkpoint read");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 48 << 10);
+        let mut rest = Vec::new();
+        replay.unwrap().read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, vec![7u8; 8 << 10]);
     }
 }
