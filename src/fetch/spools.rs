@@ -15,8 +15,8 @@
 //! A run that finds a record or a checkpoint checks that every object it names is still there
 //! (libostree hands the staging directory of an interrupted transaction to the next one in the
 //! same boot; after a reboot, `crate::import::adopt` takes them back) before it trusts it; when
-//! any is missing it fetches the layer again. Records and checkpoints are written once what they name is on disk (see
-//! [`super::spool_writer`]), to a temporary file renamed into place;
+//! any is missing it fetches the layer again. Records and checkpoints are written once what
+//! they name is on disk (see [`super::spool_writer`]), to a temporary file renamed into place;
 //! the directory is 0700 and its files 0600 (image content not yet in the repo). Everything here
 //! is removed when an import ends, whatever its outcome.
 

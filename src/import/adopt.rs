@@ -26,7 +26,7 @@ use super::staging::{lock_held, staging_dirs};
 use super::ObjectKey;
 
 /// The prefix of the repos that hold earlier boots' staging directories while they are read.
-pub(crate) const ADOPT_PREFIX: &str = "pivot-adopt-";
+const ADOPT_PREFIX: &str = "pivot-adopt-";
 
 /// What [`adopt`] took.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -95,7 +95,6 @@ pub(crate) fn adopt(
 /// they are), made for those not yet moved.
 fn earlier_boots(repo: &ostree::Repo, tmp: &Path) -> Result<Vec<PathBuf>> {
     let ours = format!("staging-{}-", boot_id()?);
-    let mut repos = Vec::new();
     for name in staging_dirs(tmp) {
         let name = name.to_string_lossy();
         if name.ends_with("-lock")
@@ -120,13 +119,20 @@ fn earlier_boots(repo: &ostree::Repo, tmp: &Path) -> Result<Vec<PathBuf>> {
             .with_context(|| format!("moving {name} into {}", shell.display()))?;
         let _ = std::fs::remove_file(tmp.join(format!("{name}-lock")));
     }
-    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
-        if entry.file_name().to_string_lossy().starts_with(ADOPT_PREFIX) {
-            repos.push(entry.path());
-        }
-    }
+    Ok(shells(tmp))
+}
+
+/// The repos under `tmp` that hold earlier boots' staging directories, in name order.
+pub(super) fn shells(tmp: &Path) -> Vec<PathBuf> {
+    let mut repos: Vec<PathBuf> = std::fs::read_dir(tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(ADOPT_PREFIX))
+        .map(|e| e.path())
+        .collect();
     repos.sort();
-    Ok(repos)
+    repos
 }
 
 /// This boot's id, as libostree names its staging directories after it.

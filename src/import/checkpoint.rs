@@ -90,11 +90,14 @@ impl<'a> Tracker<'a> {
     /// tar stream): the import then makes its state whole (its writes staged) and calls
     /// [`Tracker::member_end`].
     pub fn due(&self, end: u64) -> bool {
-        self.save.is_some()
-            && self
-                .points
-                .at_or_before(self.base + end)
-                .is_some_and(|point| point.input >= self.last_input + self.interval)
+        self.due_point(end).is_some()
+    }
+
+    /// The decompression point a checkpoint at `end` would save, when one is due.
+    fn due_point(&self, end: u64) -> Option<InflatePoint> {
+        self.save.as_ref()?;
+        let point = self.points.at_or_before(self.base + end)?;
+        (point.input >= self.last_input + self.interval).then_some(point)
     }
 
     /// At the end of a tar member (`end`: its offset in this run's tar stream), saves a
@@ -105,15 +108,9 @@ impl<'a> Tracker<'a> {
         end: u64,
         state: impl FnOnce() -> Option<(ImportedLayer<'r>, BTreeMap<String, String>)>,
     ) {
-        let Some(save) = &mut self.save else {
+        let Some(point) = self.due_point(end) else {
             return;
         };
-        let Some(point) = self.points.at_or_before(self.base + end) else {
-            return;
-        };
-        if point.input < self.last_input + self.interval {
-            return;
-        }
         let Some((importer, xattrs)) = state() else {
             return;
         };
@@ -122,6 +119,9 @@ impl<'a> Tracker<'a> {
             member: self.base + end,
             importer,
             xattrs,
+        };
+        let Some(save) = &mut self.save else {
+            return;
         };
         match save(&checkpoint) {
             Ok(()) => self.last_input = point.input,

@@ -27,15 +27,9 @@ pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
 /// after a day. A directory whose lock is held (a transaction of this or another program) is
 /// left alone. Earlier boots' directories moved aside to be read ([`super::adopt()`]) go too.
 pub fn remove_unheld_staging_dirs(tmp: &Path) {
-    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(super::adopt::ADOPT_PREFIX)
-        {
-            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                tracing::warn!("could not free {}: {e}", entry.path().display());
-            }
+    for shell in super::adopt::shells(tmp) {
+        if let Err(e) = std::fs::remove_dir_all(&shell) {
+            tracing::warn!("could not free {}: {e}", shell.display());
         }
     }
     for name in staging_dirs(tmp) {

@@ -263,7 +263,6 @@ impl Job {
         Ok(self.stored.get_or_init(|| stored))
     }
 
-    /// Whether the import of `layer` keeps checkpoints (see `import::checkpoint`).
     /// Threads writing a legacy layer's objects: the cores shared among the layers imported at
     /// once. One big layer — how oscontainers ship — gets them all; with several layers each
     /// gets one (more threads would only add memory: measured in benches/pivot-bench).
@@ -273,6 +272,7 @@ impl Job {
         (cores / layers).max(1)
     }
 
+    /// Whether the import of `layer` keeps checkpoints (see `import::checkpoint`).
     pub(super) fn checkpointed(&self, layer: &Layer) -> bool {
         !layer.derived && layer.compression == Compression::Gzip
     }
