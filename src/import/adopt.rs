@@ -22,7 +22,7 @@ use anyhow::{Context, Result};
 use ostree::gio;
 use ostree::gio::prelude::FileExt;
 
-use super::staging::{lock_held, staging_dirs};
+use super::staging::{lock_held, shown, staging_dirs};
 use super::ObjectKey;
 
 /// The prefix of the repos that hold earlier boots' staging directories while they are read.
@@ -62,7 +62,7 @@ pub(crate) fn adopt(
         }
         let from = ostree::Repo::new_for_path(&source);
         from.open(gio::Cancellable::NONE)
-            .with_context(|| format!("reading {}", source.display()))?;
+            .with_context(|| format!("reading {}", shown(&source)))?;
         missing.retain(|key| {
             let checksum = key.checksum();
             match from.has_object(key.kind(), &checksum, gio::Cancellable::NONE) {
@@ -81,7 +81,7 @@ pub(crate) fn adopt(
                     false
                 }
                 Err(e) => {
-                    tracing::debug!("object {key} of {}: {e}", source.display());
+                    tracing::debug!("object {key} of {}: {e}", shown(&source));
                     adopted.damaged += 1;
                     true
                 }
@@ -108,15 +108,15 @@ fn earlier_boots(repo: &ostree::Repo, tmp: &Path) -> Result<Vec<PathBuf>> {
         // Left by a run killed before it moved the directory in: made again.
         if shell.exists() {
             std::fs::remove_dir_all(&shell)
-                .with_context(|| format!("removing {}", shell.display()))?;
+                .with_context(|| format!("removing {}", shown(&shell)))?;
         }
         let made = ostree::Repo::new_for_path(&shell);
         made.create(repo.mode(), gio::Cancellable::NONE)
-            .with_context(|| format!("making {}", shell.display()))?;
+            .with_context(|| format!("making {}", shown(&shell)))?;
         let objects = shell.join("objects");
         std::fs::remove_dir_all(&objects)
             .and_then(|()| std::fs::rename(tmp.join(&*name), &objects))
-            .with_context(|| format!("moving {name} into {}", shell.display()))?;
+            .with_context(|| format!("moving {name} into {}", shown(&shell)))?;
         let _ = std::fs::remove_file(tmp.join(format!("{name}-lock")));
     }
     Ok(shells(tmp))

@@ -29,7 +29,7 @@ pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
 pub fn remove_unheld_staging_dirs(tmp: &Path) {
     for shell in super::adopt::shells(tmp) {
         if let Err(e) = std::fs::remove_dir_all(&shell) {
-            tracing::warn!("could not free {}: {e}", shell.display());
+            tracing::warn!("could not free {}: {e}", shown(&shell));
         }
     }
     for name in staging_dirs(tmp) {
@@ -43,12 +43,19 @@ pub fn remove_unheld_staging_dirs(tmp: &Path) {
         }
         let dir = tmp.join(&*name);
         match std::fs::remove_dir_all(&dir) {
-            Ok(()) => tracing::debug!("removed {}, which no transaction holds", dir.display()),
-            Err(e) => tracing::warn!("could not free {}: {e}", dir.display()),
+            Ok(()) => tracing::debug!("removed {}, which no transaction holds", shown(&dir)),
+            Err(e) => tracing::warn!("could not free {}: {e}", shown(&dir)),
         }
         // Gone already (an ended transaction removes its own): nothing to do.
         let _ = std::fs::remove_file(&lock);
     }
+}
+
+/// `path`, an entry of the repo's `tmp/`, as messages name it: the repo is often open through a
+/// descriptor, whose `/proc/self/fd/…` path means nothing to the reader.
+pub(super) fn shown(path: &Path) -> String {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    format!("ostree/repo/tmp/{name}")
 }
 
 /// Whether a live process holds the lock libostree takes on `lock` (an open file description

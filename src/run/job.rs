@@ -321,7 +321,7 @@ impl Job {
         let tx = repo
             .auto_transaction(gio::Cancellable::NONE)
             .context("starting a repo transaction")?;
-        self.adopt(repo, spools)?;
+        self.adopt(repo, spools);
         self.progress.step(Step::Importing);
         let sizes: Vec<(String, u64)> = self
             .os
@@ -381,8 +381,9 @@ impl Job {
     }
 
     /// Takes into the open transaction what an import cut by a reboot staged of the layers
-    /// it recorded (see [`import::adopt()`]).
-    fn adopt(&self, repo: &ostree::Repo, spools: &Spools) -> Result<()> {
+    /// it recorded (see [`import::adopt()`]). Taking them back only saves downloads: when it
+    /// fails, the layers that named them are fetched again, as without it.
+    fn adopt(&self, repo: &ostree::Repo, spools: &Spools) {
         let adopted = import::adopt(repo, || {
             let mut wanted = std::collections::HashSet::new();
             for layer in &self.os.layers {
@@ -393,16 +394,19 @@ impl Job {
                 }
             }
             wanted
-        })
-        .context("reading what an import before the last reboot staged")?;
-        if adopted.objects > 0 || adopted.damaged > 0 {
-            tracing::info!(
+        });
+        match adopted {
+            Ok(adopted) if adopted.objects > 0 || adopted.damaged > 0 => tracing::info!(
                 "took {} objects an import cut by a reboot had staged ({} did not read back whole)",
                 adopted.objects,
                 adopted.damaged
-            );
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "{:#}: the layers it held are fetched again",
+                e.context("taking back what an import before the last reboot staged")
+            ),
         }
-        Ok(())
     }
 
     /// Imports the layers [`PARALLEL_LAYERS`] at a time into the open transaction, each into its

@@ -125,3 +125,30 @@ fn damage_a_file_object(tmp: &Path, record: &Path) -> String {
     }
     panic!("no regular file object of the record is staged");
 }
+
+#[test]
+fn an_earlier_boots_staging_directory_that_cannot_be_read_costs_downloads_not_the_pivot() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    // An earlier boot's staging directory, and in the way of the repo pivot reads it through, a
+    // file it cannot remove as a directory.
+    let tmp = env.sysroot.repo_path().join("tmp");
+    let name = format!("staging-{EARLIER_BOOT}-stuck");
+    std::fs::create_dir_all(tmp.join(&name)).unwrap();
+    let shell = tmp.join(format!("pivot-adopt-{name}"));
+    std::fs::write(&shell, "not a repo").unwrap();
+    let out = env.pivot(&[&v2.by_tag]);
+    assert_success(&out);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "taking back what an import before the last reboot staged: removing ostree/repo/tmp/pivot-adopt-{name}: "
+        )) && err.contains(": the layers it held are fetched again"),
+        "{err}"
+    );
+    let status = env.status_json();
+    assert_eq!(
+        status["pivot"][STATEROOT]["last"]["commit"],
+        v2.commit.as_str()
+    );
+}
