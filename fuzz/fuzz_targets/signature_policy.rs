@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
         let mut conf = RegistriesD::default();
         if conf.add(text).is_ok() {
             for image in &images[..3] {
-                let _ = conf.storage_for(image).and_then(|s| s.lookaside());
+                let _ = (conf.lookaside_for(image), conf.use_sigstore_attachments(image));
             }
         }
     }

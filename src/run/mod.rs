@@ -10,6 +10,7 @@
 
 mod check;
 pub mod confirm;
+mod downloaded;
 pub(crate) mod job;
 mod layer;
 mod local;
@@ -23,11 +24,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use tokio::runtime::Handle;
 
-use crate::sysroot::deployments::{self, DeploymentInfo};
+use crate::sysroot::deployments::DeploymentInfo;
 use crate::node::events::{self, Reported, Target};
-use crate::fetch::image::{Format, OsImage};
-use crate::import;
-use job::{deployment_ids, downloaded_ref, Job};
+use crate::fetch::image::OsImage;
+use job::{deployment_ids, Job};
 use local::Local;
 use crate::sysroot::kargs::{self, Edit};
 pub use crate::api::outcome::Outcome;
@@ -37,7 +37,8 @@ use crate::fetch::registry::Access;
 use crate::fetch::source;
 use crate::api::progress::Step;
 use crate::api::status::PullspecSource as Source;
-use crate::trust::{Trust, Verified};
+use crate::trust::evidence::{self, Kept};
+use crate::trust::{Gather, Trust, Verified};
 use crate::node::state::{self, Attempt, State, StateFile, MAX_ATTEMPTS};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
@@ -310,20 +311,22 @@ impl Run<'_> {
             }
         }
 
+        let trust = Trust::load(self.opts.policy.as_deref(), self.opts.registries_d.as_deref())
+            .context("reading the signature policy")?;
         if let Some(digest) = pinned.as_deref().filter(|_| !self.opts.check) {
-            if let Some(os) = self.downloaded(digest).await? {
+            if let Some((os, verified)) = self.downloaded(digest, &trust).await? {
                 tracing::info!(
                     "{} was downloaded before (--download-only): deploying it without the registry",
                     self.image
                 );
                 self.target.digest = os.digest.clone();
                 self.target.version = os.version.clone().unwrap_or_default();
-                return self.make_deployment(self.image.clone(), os, None, None).await;
+                return self
+                    .make_deployment(self.image.clone(), os, None, Some(verified), None)
+                    .await;
             }
         }
         let what = self.image.to_string();
-        let trust = Trust::load(self.opts.policy.as_deref(), self.opts.registries_d.as_deref())
-            .context("reading the signature policy")?;
         self.opts.progress.step(Step::Pulling);
         let (source, resolved) = source::open(&self.image, &self.opts.access)
             .await
@@ -337,13 +340,21 @@ impl Run<'_> {
         if let Some(hit) = hit {
             return self.settle(hit.clone());
         }
-        // Before anything else of the image is fetched.
-        let verified = trust
+        // Before anything else of the image is fetched; on the manifest pulled (an index's
+        // platform manifest), as podman judges it.
+        // A download, or a locked update kept for re-staging after a reboot, is judged again
+        // when deployed from the repo: keep every signature that could be asked for then.
+        let gather = match self.opts.download_only || self.opts.lock_finalization {
+            true => Gather::All,
+            false => Gather::Needed,
+        };
+        let (verified, evidence) = trust
             .check(
                 &self.image,
-                &resolved.digest,
+                &resolved.manifest_digest,
                 &self.opts.access.retry,
                 source.registry(),
+                gather,
             )
             .await?;
         let config = source
@@ -351,6 +362,13 @@ impl Run<'_> {
             .await
             .with_context(|| format!("pulling {what}: fetching the image config"))?;
         let os = OsImage::new(&resolved, &config).with_context(|| format!("pulling {what}"))?;
+        if let Some(remote) = &self.opts.ostree_remote {
+            let derived = os.layers.iter().filter(|l| l.derived).count();
+            ensure!(
+                derived == 0,
+                "--ostree-remote {remote}: {what} adds {derived} derived layer(s) on top of its OSTree commit, so the tree deployed would not be the one {remote} signed; pull it without --ostree-remote, under a container signature policy"
+            );
+        }
         if let Some(hit) = self.local.at_target(None, os.commit_label.as_deref()) {
             return self.settle(hit.clone());
         }
@@ -369,7 +387,8 @@ impl Run<'_> {
         if self.opts.check {
             return self.report_update(&image, &os).await;
         }
-        self.make_deployment(image, os, Some(source), Some(verified))
+        let kept = downloaded::kept(&self.image, &resolved.manifest_digest, evidence);
+        self.make_deployment(image, os, Some(source), Some(verified), Some(kept))
             .await
     }
 
@@ -381,6 +400,7 @@ impl Run<'_> {
         os: OsImage,
         source: Option<source::Source>,
         verified: Option<Verified>,
+        kept: Option<Kept>,
     ) -> Result<Outcome> {
         let digest = os.digest.clone();
         let job = Job {
@@ -409,6 +429,11 @@ impl Run<'_> {
         };
         self.attempt.commit = Some(commit.clone());
         self.target.commit = commit.clone();
+        if let Some(kept) = kept.filter(|_| self.opts.download_only || self.opts.lock_finalization) {
+            let path = evidence::path(&self.opts.sysroot, &self.local.stateroot, &digest);
+            kept.save(&path)
+                .context("keeping the download's signatures for its deployment")?;
+        }
         let Some(deployed) = deployed else {
             tracing::info!(
                 "downloaded {commit}; `pivot {}` deploys it, without the registry",
@@ -433,40 +458,6 @@ impl Run<'_> {
             true => Outcome::Staged,
             false => Outcome::Deployed,
         })
-    }
-
-    /// The image `digest` as an earlier `--download-only` left it: its commit complete in the
-    /// repo under [`downloaded_ref`].
-    async fn downloaded(&self, digest: &str) -> Result<Option<OsImage>> {
-        let (sysroot, digest) = (self.opts.sysroot.clone(), digest.to_string());
-        tokio::task::spawn_blocking(move || -> Result<Option<OsImage>> {
-            let repo = deployments::open_sysroot(&sysroot)?.repo();
-            for format in [Format::Legacy, Format::Native] {
-                let Some(commit) = repo
-                    .resolve_rev(&downloaded_ref(&digest, format), true)
-                    .context("reading the downloads' refs")?
-                else {
-                    continue;
-                };
-                if import::verify_complete(&repo, &commit).is_err() {
-                    continue;
-                }
-                return Ok(Some(OsImage {
-                    version: deployments::commit_version(&repo, &commit)?,
-                    digest,
-                    // The layers are not read again; the format gives the origin.
-                    format,
-                    commit_label: Some(commit.to_string()),
-                    base_commit: None,
-                    layers: Vec::new(),
-                    manifest_digest: String::new(),
-                    manifest_json: String::new(),
-                    config_json: String::new(),
-                }));
-            }
-            Ok(None)
-        })
-        .await?
     }
 
     /// The target is already deployed as `hit`.

@@ -10,17 +10,17 @@ use std::path::PathBuf;
 use anyhow::{bail, ensure, Context, Result};
 use oci_client::errors::OciDistributionError;
 
-use crate::fetch::reference::ImageRef;
 use super::MAX_SIGNATURES;
 use crate::fetch::retry::{self, RetryPolicy};
 
 /// A signature is a few hundred bytes; a store that sends more is refused.
 const MAX_SIGNATURE: u64 = 4 << 20;
 
-/// The signatures of `image`'s manifest `digest` in the store at `base`.
+/// The signatures of manifest `digest` of the repository at `path` (inside its registry,
+/// normalized: `library/busybox`) in the store at `base`.
 pub async fn signatures(
     base: &str,
-    image: &ImageRef,
+    path: &str,
     digest: &str,
     retry: &RetryPolicy,
     client: Option<&reqwest::Client>,
@@ -31,7 +31,7 @@ pub async fn signatures(
     let dir = format!(
         "{}/{}@{algorithm}={hex}",
         base.trim_end_matches('/'),
-        image.repository
+        path
     );
     let mut found = Vec::new();
     if let Some(path) = base.strip_prefix("file://") {

@@ -1,19 +1,31 @@
 //! containers-policy.json(5): which signatures an image needs, per transport and scope.
 //!
-//! The file is read as the containers tools read it: unknown requirement types and fields are
-//! refused (a policy pivot cannot honour must not be half-applied), and the most specific scope
-//! wins. For the `docker` transport: the reference with its tag or digest, the repository, each
-//! enclosing namespace, the host (with port), then `*.domain` wildcards from the most specific;
-//! for `oci` and `oci-archive`: the layout's path with its tag, the path, then each enclosing
-//! directory. Then the transport's `""` scope, then `default`.
+//! The file is read as containers/image reads it (`signature/policy_config*.go`): every
+//! requirement type and field it knows parses (`signedBaseLayer`, all four `keyType`s,
+//! `keyPaths`/`keyDatas`, `fulcio`, `pki`, `rekorPublicKey*`), with its checks (exactly one key
+//! source, Fulcio only with a Rekor key, PKI never with one, …); an unknown type or field, a
+//! duplicate key, bad base64, or a scope its transport refuses makes the whole policy invalid,
+//! as there, because a policy half-understood must not be half-applied. What pivot cannot
+//! verify (the key types containers/image does not implement either, `signedBaseLayer`)
+//! refuses only the images whose scope requires it, when they are pulled ([`super::Trust`]).
+//!
+//! The most specific scope wins. For `docker`: the normalized reference with its tag or digest,
+//! the repository, each enclosing namespace, the host (with port), then `*.domain` wildcards;
+//! for `oci` and `oci-archive`: the layout's path (symlinks resolved) and each enclosing
+//! directory, never `/`. Then the transport's `""` scope, then `default`. containers/image
+//! validates no `docker` scope (a malformed one never matches, as there) and path scopes must
+//! be absolute, clean, and not `/`.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
 use std::path::Path;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::identity::SignedIdentity;
+use super::identity::{self, SignedIdentity};
 use crate::fetch::reference::{ImageRef, Transport};
 
 /// Where the containers tools keep the policy.
@@ -24,7 +36,73 @@ pub const DEFAULT_PATH: &str = "/etc/containers/policy.json";
 pub struct Policy {
     pub default: Vec<Requirement>,
     #[serde(default)]
-    pub transports: BTreeMap<String, BTreeMap<String, Vec<Requirement>>>,
+    transports: StrictMap<StrictMap<Vec<Requirement>>>,
+}
+
+/// A JSON object whose keys may appear once only (containers/image refuses duplicates).
+#[derive(Debug, Clone)]
+struct StrictMap<V>(BTreeMap<String, V>);
+
+impl<V> Default for StrictMap<V> {
+    fn default() -> Self {
+        StrictMap(BTreeMap::new())
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for StrictMap<V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Strict<V>(PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Strict<V> {
+            type Value = StrictMap<V>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((key, value)) = map.next_entry::<String, V>()? {
+                    if out.contains_key(&key) {
+                        return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+                    }
+                    out.insert(key, value);
+                }
+                Ok(StrictMap(out))
+            }
+        }
+        d.deserialize_map(Strict(PhantomData))
+    }
+}
+
+/// `signedBy`'s `keyType`s: containers/image parses all four and verifies only `GPGKeys`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum KeyType {
+    GPGKeys,
+    #[serde(rename = "signedByGPGKeys")]
+    SignedByGPGKeys,
+    X509Certificates,
+    #[serde(rename = "signedByX509CAs")]
+    SignedByX509CAs,
+}
+
+/// Keyless signatures: a Fulcio certificate for an OIDC identity, logged in Rekor.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Fulcio {
+    pub ca_path: Option<String>,
+    pub ca_data: Option<String>,
+    pub oidc_issuer: Option<String>,
+    pub subject_email: Option<String>,
+}
+
+/// Signatures by certificates of the admin's own CA (`pki`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pki {
+    pub ca_roots_path: Option<String>,
+    pub ca_roots_data: Option<String>,
+    pub ca_intermediates_path: Option<String>,
+    pub ca_intermediates_data: Option<String>,
+    pub subject_email: Option<String>,
+    pub subject_hostname: Option<String>,
 }
 
 /// One requirement; every requirement of a scope must hold.
@@ -37,38 +115,51 @@ pub enum Requirement {
     InsecureAcceptAnything {},
     #[serde(rename = "reject")]
     Reject {},
-    #[serde(rename = "signedBy", rename_all = "camelCase")]
-    SignedBy {
-        key_type: String,
-        #[serde(default)]
-        key_path: Option<String>,
-        #[serde(default)]
-        key_paths: Option<Vec<String>>,
-        /// Base64 of the keyring.
-        #[serde(default)]
-        key_data: Option<String>,
-        #[serde(default)]
-        signed_identity: Option<SignedIdentity>,
-    },
-    // The key fields repeat signedBy's: serde cannot flatten them into a shared struct and
-    // still deny unknown fields.
-    #[serde(rename = "sigstoreSigned", rename_all = "camelCase")]
-    SigstoreSigned {
-        #[serde(default)]
-        key_path: Option<String>,
-        #[serde(default)]
-        key_paths: Option<Vec<String>>,
-        #[serde(default)]
-        key_data: Option<String>,
-        #[serde(default)]
-        fulcio: Option<serde_json::Value>,
-        #[serde(default)]
-        rekor_public_key_path: Option<String>,
-        #[serde(default)]
-        rekor_public_key_data: Option<String>,
-        #[serde(default)]
-        signed_identity: Option<SignedIdentity>,
-    },
+    #[serde(rename = "signedBy")]
+    SignedBy(SignedBy),
+    #[serde(rename = "signedBaseLayer", rename_all = "camelCase")]
+    SignedBaseLayer { base_layer_identity: SignedIdentity },
+    #[serde(rename = "sigstoreSigned")]
+    SigstoreSigned(Box<SigstoreSigned>),
+}
+
+/// `signedBy`: simple-signing (GPG) signatures.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignedBy {
+    pub key_type: KeyType,
+    pub key_path: Option<String>,
+    pub key_paths: Option<Vec<String>>,
+    /// Base64 of the keyring.
+    pub key_data: Option<String>,
+    pub signed_identity: Option<SignedIdentity>,
+}
+
+/// `sigstoreSigned`: cosign signatures, by key (with or without Rekor), keyless or by PKI.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SigstoreSigned {
+    pub key_path: Option<String>,
+    pub key_paths: Option<Vec<String>>,
+    pub key_data: Option<String>,
+    pub key_datas: Option<Vec<String>>,
+    pub fulcio: Option<Fulcio>,
+    pub pki: Option<Pki>,
+    pub rekor_public_key_path: Option<String>,
+    pub rekor_public_key_paths: Option<Vec<String>>,
+    pub rekor_public_key_data: Option<String>,
+    pub rekor_public_key_datas: Option<Vec<String>>,
+    pub signed_identity: Option<SignedIdentity>,
+}
+
+impl SigstoreSigned {
+    /// Whether a Rekor public key is named.
+    pub fn has_rekor(&self) -> bool {
+        nonempty(&self.rekor_public_key_path)
+            || self.rekor_public_key_paths.is_some()
+            || self.rekor_public_key_data.is_some()
+            || self.rekor_public_key_datas.is_some()
+    }
 }
 
 impl Requirement {
@@ -77,8 +168,9 @@ impl Requirement {
         match self {
             Requirement::InsecureAcceptAnything {} => "insecureAcceptAnything",
             Requirement::Reject {} => "reject",
-            Requirement::SignedBy { .. } => "signedBy",
-            Requirement::SigstoreSigned { .. } => "sigstoreSigned",
+            Requirement::SignedBy(_) => "signedBy",
+            Requirement::SignedBaseLayer { .. } => "signedBaseLayer",
+            Requirement::SigstoreSigned(_) => "sigstoreSigned",
         }
     }
 }
@@ -86,8 +178,7 @@ impl Requirement {
 impl Policy {
     /// Reads and checks the policy at `path`.
     pub fn load(path: &Path) -> Result<Policy> {
-        let text =
-            std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         Policy::parse(&text).with_context(|| format!("reading {}", path.display()))
     }
 
@@ -97,8 +188,12 @@ impl Policy {
             !policy.default.is_empty(),
             "\"default\" lists no requirement (write [{{\"type\": \"reject\"}}] to refuse everything)"
         );
-        for (transport, scopes) in &policy.transports {
-            for (scope, requirements) in scopes {
+        for (transport, scopes) in &policy.transports.0 {
+            for (scope, requirements) in &scopes.0 {
+                if !scope.is_empty() {
+                    check_scope(transport, scope)
+                        .with_context(|| format!("transport {transport:?}"))?;
+                }
                 ensure!(
                     !requirements.is_empty(),
                     "scope {scope:?} of transport {transport:?} lists no requirement"
@@ -124,13 +219,13 @@ impl Policy {
             Transport::OciDir => "oci",
             Transport::OciArchive => "oci-archive",
         };
-        if let Some(scopes) = self.transports.get(transport) {
+        if let Some(scopes) = self.transports.0.get(transport) {
             for scope in candidate_scopes(image) {
-                if let Some(requirements) = scopes.get(&scope) {
+                if let Some(requirements) = scopes.0.get(&scope) {
                     return (format!("{transport} scope {scope:?}"), requirements);
                 }
             }
-            if let Some(requirements) = scopes.get("") {
+            if let Some(requirements) = scopes.0.get("") {
                 return (format!("{transport} default scope \"\""), requirements);
             }
         }
@@ -138,85 +233,229 @@ impl Policy {
     }
 }
 
+/// A scope its transport accepts, by containers/image's rules for the transports it has.
+fn check_scope(transport: &str, scope: &str) -> Result<()> {
+    match transport {
+        "oci" | "oci-archive" | "dir" | "sif" => {
+            ensure!(scope.starts_with('/'), "scope {scope:?} is not an absolute path");
+            ensure!(scope != "/", "scope \"/\": use the default scope \"\" instead");
+            let clean = clean_path(scope);
+            ensure!(clean == scope, "scope {scope:?} is not in canonical form (write {clean:?})");
+        }
+        "docker-archive" | "tarball" => {
+            bail!("scope {scope:?}: this transport has no scopes but the default \"\"")
+        }
+        "docker-daemon" if super::docker_ref::check_digest(scope).is_ok() => {
+            bail!("scope {scope:?}: a digest is not a docker-daemon scope")
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Go's `filepath.Clean` for an absolute path: no empty, `.` or `..` components, no trailing `/`.
+fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// A base64 field (`keyData`, `caData`, …), decoded as Go decodes a JSON `[]byte` (line breaks
+/// skipped).
+pub fn decode_data(field: &str, data: &str) -> Result<Vec<u8>> {
+    super::x509::go_base64(data.as_bytes()).with_context(|| format!("{field} is not base64"))
+}
+
+/// How many of `sources` are given (an empty path counts as not given, as there).
+fn given(sources: &[bool]) -> usize {
+    sources.iter().filter(|&&g| g).count()
+}
+
+fn nonempty(s: &Option<String>) -> bool {
+    s.as_deref().is_some_and(|s| !s.is_empty())
+}
+
 impl Requirement {
-    /// What parsing alone cannot see: a key source given exactly once, a known key type.
+    /// What parsing alone cannot see: containers/image's rules on which fields go together.
     fn check(&self) -> Result<()> {
-        let sources = |path: &Option<String>, paths: &Option<Vec<String>>, data: &Option<String>| {
-            [path.is_some(), paths.is_some(), data.is_some()]
-                .iter()
-                .filter(|&&given| given)
-                .count()
-        };
         match self {
-            Requirement::SignedBy {
-                key_type,
-                key_path,
-                key_paths,
-                key_data,
-                ..
-            } => {
+            Requirement::SignedBy(r) => {
                 ensure!(
-                    key_type == "GPGKeys",
-                    "signedBy keyType {key_type:?}: only \"GPGKeys\" is defined"
-                );
-                ensure!(
-                    sources(key_path, key_paths, key_data) == 1,
+                    given(&[nonempty(&r.key_path), r.key_paths.is_some(), r.key_data.is_some()]) == 1,
                     "signedBy needs exactly one of keyPath, keyPaths and keyData"
                 );
+                if let Some(data) = &r.key_data {
+                    decode_data("keyData", data)?;
+                }
+                check_identity(r.signed_identity.as_ref())?;
             }
-            Requirement::SigstoreSigned {
-                key_path,
-                key_paths,
-                key_data,
-                fulcio,
-                ..
-            } => {
-                // Keyless (fulcio) requirements are refused when an image needs them, not here:
-                // a policy may hold them for images this node never pulls.
-                let keys = sources(key_path, key_paths, key_data) + usize::from(fulcio.is_some());
-                ensure!(
-                    keys == 1,
-                    "sigstoreSigned needs exactly one of keyPath, keyPaths, keyData and fulcio"
-                );
-            }
+            Requirement::SignedBaseLayer {
+                base_layer_identity,
+            } => check_identity(Some(base_layer_identity))?,
+            Requirement::SigstoreSigned(r) => r.check()?,
             Requirement::InsecureAcceptAnything {} | Requirement::Reject {} => {}
         }
         Ok(())
     }
 }
 
-/// The scopes that may name `image`, most specific first (without `""`).
-fn candidate_scopes(image: &ImageRef) -> Vec<String> {
-    let mut scopes = Vec::new();
-    match image.transport {
-        Transport::Registry => {
-            let name = format!("{}/{}", image.registry, image.repository);
-            if let Some(digest) = &image.digest {
-                scopes.push(format!("{name}@{digest}"));
-            }
-            if let Some(tag) = &image.tag {
-                scopes.push(format!("{name}:{tag}"));
-            }
-            scopes.extend(repository_scopes(image));
+impl SigstoreSigned {
+    fn check(&self) -> Result<()> {
+        for (name, list) in [
+            ("keyPaths", &self.key_paths),
+            ("keyDatas", &self.key_datas),
+            ("rekorPublicKeyPaths", &self.rekor_public_key_paths),
+            ("rekorPublicKeyDatas", &self.rekor_public_key_datas),
+        ] {
+            ensure!(list.as_ref().is_none_or(|l| !l.is_empty()), "{name} lists nothing");
         }
-        Transport::OciDir | Transport::OciArchive => {
-            let path = image.repository.trim_end_matches('/');
-            if let Some(tag) = &image.tag {
-                scopes.push(format!("{path}:{tag}"));
+        let keys = [
+            nonempty(&self.key_path),
+            self.key_paths.is_some(),
+            self.key_data.is_some(),
+            self.key_datas.is_some(),
+            self.fulcio.is_some(),
+            self.pki.is_some(),
+        ];
+        ensure!(
+            given(&keys) == 1,
+            "sigstoreSigned needs exactly one of keyPath, keyPaths, keyData, keyDatas, fulcio and pki"
+        );
+        let rekor = given(&[
+            nonempty(&self.rekor_public_key_path),
+            self.rekor_public_key_paths.is_some(),
+            self.rekor_public_key_data.is_some(),
+            self.rekor_public_key_datas.is_some(),
+        ]);
+        ensure!(
+            rekor <= 1,
+            "sigstoreSigned takes at most one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas"
+        );
+        ensure!(
+            self.fulcio.is_none() || rekor == 1,
+            "sigstoreSigned with fulcio needs a Rekor public key (rekorPublicKeyPath, …)"
+        );
+        ensure!(
+            self.pki.is_none() || rekor == 0,
+            "sigstoreSigned with pki takes no Rekor public key"
+        );
+        let datas = [
+            ("keyData", self.key_data.as_slice()),
+            ("rekorPublicKeyData", self.rekor_public_key_data.as_slice()),
+            ("keyDatas", self.key_datas.as_deref().unwrap_or_default()),
+            ("rekorPublicKeyDatas", self.rekor_public_key_datas.as_deref().unwrap_or_default()),
+        ];
+        for (name, values) in datas {
+            for data in values {
+                decode_data(name, data)?;
             }
-            scopes.extend(path_and_parents(path));
         }
+        if let Some(f) = &self.fulcio {
+            f.check()?;
+        }
+        if let Some(p) = &self.pki {
+            p.check()?;
+        }
+        check_identity(self.signed_identity.as_ref())
     }
-    scopes
 }
 
-/// The scopes of a registry image's repository, most specific first: `host/ns/repo`, each
-/// enclosing namespace, the host, then `*.domain` wildcards (`*.example.com` for
-/// `a.example.com`, then `*.com`; the port is not part of them). containers-registries.d(5)
-/// matches its `docker` scopes the same way.
+fn check_identity(identity: Option<&SignedIdentity>) -> Result<()> {
+    match identity.map(SignedIdentity::check) {
+        Some(Err(why)) => bail!("signedIdentity: {why}"),
+        _ => Ok(()),
+    }
+}
+
+impl Fulcio {
+    fn check(&self) -> Result<()> {
+        ensure!(
+            given(&[nonempty(&self.ca_path), self.ca_data.is_some()]) == 1,
+            "fulcio needs exactly one of caPath and caData"
+        );
+        if let Some(data) = &self.ca_data {
+            decode_data("fulcio caData", data)?;
+        }
+        ensure!(nonempty(&self.oidc_issuer), "fulcio needs oidcIssuer");
+        ensure!(nonempty(&self.subject_email), "fulcio needs subjectEmail");
+        Ok(())
+    }
+}
+
+impl Pki {
+    fn check(&self) -> Result<()> {
+        ensure!(
+            given(&[nonempty(&self.ca_roots_path), self.ca_roots_data.is_some()]) == 1,
+            "pki needs exactly one of caRootsPath and caRootsData"
+        );
+        ensure!(
+            given(&[nonempty(&self.ca_intermediates_path), self.ca_intermediates_data.is_some()]) <= 1,
+            "pki takes at most one of caIntermediatesPath and caIntermediatesData"
+        );
+        for (name, data) in [
+            ("pki caRootsData", &self.ca_roots_data),
+            ("pki caIntermediatesData", &self.ca_intermediates_data),
+        ] {
+            if let Some(data) = data {
+                decode_data(name, data)?;
+            }
+        }
+        ensure!(
+            nonempty(&self.subject_email) || nonempty(&self.subject_hostname),
+            "pki needs subjectEmail or subjectHostname"
+        );
+        Ok(())
+    }
+}
+
+/// The scopes that may name `image`, most specific first (without `""`).
+pub(crate) fn candidate_scopes(image: &ImageRef) -> Vec<String> {
+    match image.transport {
+        Transport::Registry => {
+            let mut scopes = Vec::new();
+            if let Some(named) = identity::image_reference(image) {
+                scopes.push(named.to_string());
+            }
+            scopes.extend(repository_scopes(image));
+            scopes
+        }
+        Transport::OciDir | Transport::OciArchive => {
+            let path = Path::new(&image.repository);
+            let resolved = std::fs::canonicalize(path)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| image.repository.trim_end_matches('/').to_string());
+            path_and_parents(&resolved)
+        }
+    }
+}
+
+/// The scopes of a registry image's repository, most specific first: `host/ns/repo`
+/// (normalized: `docker.io/library/busybox`), each enclosing namespace, the host, then
+/// `*.domain` wildcards (`*.example.com` for `a.example.com`, then `*.com`; the port is not
+/// part of them). containers-registries.d(5) matches its `docker` scopes the same way.
 pub(crate) fn repository_scopes(image: &ImageRef) -> Vec<String> {
-    let mut scopes = path_and_parents(&format!("{}/{}", image.registry, image.repository));
-    let mut rest = image.registry.split(':').next().unwrap_or_default();
+    let (name, host) = match identity::image_reference(image) {
+        Some(named) => (named.name(), named.domain().to_string()),
+        None => (image.name(), image.registry.clone()),
+    };
+    let mut scopes = Vec::new();
+    let mut scope = name.as_str();
+    loop {
+        scopes.push(scope.to_string());
+        match scope.rsplit_once('/') {
+            Some((parent, _)) => scope = parent,
+            None => break,
+        }
+    }
+    let mut rest = host.split(':').next().unwrap_or_default();
     while let Some((_, parent)) = rest.split_once('.') {
         scopes.push(format!("*.{parent}"));
         rest = parent;
@@ -224,96 +463,20 @@ pub(crate) fn repository_scopes(image: &ImageRef) -> Vec<String> {
     scopes
 }
 
-/// `path`, then each path that encloses it (`/` for an absolute path's root).
+/// `path`, then each directory that encloses it, never `/` (containers/image refuses `/` as a
+/// scope: it would shadow `""`).
 fn path_and_parents(path: &str) -> Vec<String> {
-    let mut scopes = vec![path.to_string()];
+    let mut scopes = Vec::new();
     let mut scope = path;
-    while let Some((parent, _)) = scope.rsplit_once('/') {
-        scopes.push(if parent.is_empty() { "/".into() } else { parent.to_string() });
-        scope = parent;
+    while !scope.is_empty() && scope != "/" {
+        scopes.push(scope.to_string());
+        match scope.rsplit_once('/') {
+            Some((parent, _)) => scope = parent,
+            None => break,
+        }
     }
     scopes
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn image(s: &str) -> ImageRef {
-        ImageRef::parse(s).unwrap()
-    }
-
-    fn scope_of(policy: &str, reference: &str) -> String {
-        let policy = Policy::parse(policy.as_bytes()).unwrap();
-        policy.requirements_for(&image(reference)).0
-    }
-
-    const POLICY: &str = r#"{
-        "default": [{"type": "reject"}],
-        "transports": {
-            "docker": {
-                "": [{"type": "insecureAcceptAnything"}],
-                "quay.io/os/node:4.15": [{"type": "reject"}],
-                "quay.io/os/node": [{"type": "reject"}],
-                "quay.io/os": [{"type": "reject"}],
-                "quay.io": [{"type": "reject"}],
-                "*.example.com": [{"type": "reject"}],
-                "*.com": [{"type": "reject"}],
-                "reg.example.com:5000/ns": [{"type": "reject"}]
-            },
-            "oci": {"/srv/images": [{"type": "reject"}]}
-        }
-    }"#;
-
-    #[test]
-    fn the_most_specific_scope_wins() {
-        let cases = [
-            ("quay.io/os/node:4.15", "docker scope \"quay.io/os/node:4.15\""),
-            ("quay.io/os/node:4.16", "docker scope \"quay.io/os/node\""),
-            ("quay.io/os/other", "docker scope \"quay.io/os\""),
-            ("quay.io/else/x", "docker scope \"quay.io\""),
-            ("a.b.example.com/x", "docker scope \"*.example.com\""),
-            ("reg.example.com:5000/ns/os", "docker scope \"reg.example.com:5000/ns\""),
-            ("reg.example.com:5000/other/os", "docker scope \"*.example.com\""),
-            ("mirror.org/x", "docker default scope \"\""),
-            ("oci:/srv/images/os:v2", "oci scope \"/srv/images\""),
-            ("oci-archive:/srv/images/os.tar", "\"default\""),
-        ];
-        for (reference, scope) in cases {
-            assert_eq!(scope_of(POLICY, reference), scope, "{reference}");
-        }
-        assert_eq!(
-            scope_of(r#"{"default": [{"type": "insecureAcceptAnything"}]}"#, "quay.io/x"),
-            "\"default\""
-        );
-    }
-
-    #[test]
-    fn a_policy_pivot_cannot_honour_whole_is_refused() {
-        let refused = [
-            (r#"{"default": []}"#, "lists no requirement"),
-            (r#"{"default": [{"type": "signedByX"}]}"#, "unknown variant"),
-            (
-                r#"{"default": [{"type": "reject", "extra": 1}]}"#,
-                "unknown field",
-            ),
-            (
-                r#"{"default": [{"type": "signedBy", "keyType": "X509Certificates", "keyPath": "/k"}]}"#,
-                "only \"GPGKeys\"",
-            ),
-            (
-                r#"{"default": [{"type": "signedBy", "keyType": "GPGKeys"}]}"#,
-                "exactly one of",
-            ),
-            (
-                r#"{"default": [{"type": "sigstoreSigned", "fulcio": {}, "keyPath": "/k"}]}"#,
-                "exactly one of",
-            ),
-            (r#"{"default": [{"type": "reject"}], "transports": {"docker": {"x": []}}}"#, "lists no requirement"),
-        ];
-        for (text, expected) in refused {
-            let err = format!("{:#}", Policy::parse(text.as_bytes()).unwrap_err());
-            assert!(err.contains(expected), "{text}: {err}");
-        }
-    }
-}
+mod tests;

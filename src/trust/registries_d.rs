@@ -3,7 +3,11 @@
 //! scope, `lookaside` (or its older name `sigstore`) is the URL of a signature store and
 //! `use-sigstore-attachments` says signatures are attached in the registry. The `-staging`
 //! keys are for writers and ignored. Scopes match like policy.json's docker scopes: the
-//! repository, its namespaces, the host, `*.domain` wildcards, then `default-docker`.
+//! reference with its tag or digest, the repository, its namespaces, the host, `*.domain`
+//! wildcards, then `default-docker`; each setting separately, as in containers/image, so a
+//! scope that sets only `use-sigstore-attachments` still takes its lookaside from an enclosing
+//! scope. With no lookaside anywhere, the built-in default `file:///var/lib/containers/sigstore`
+//! applies (containers/image's, for root).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,10 +15,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
+use super::identity;
 use super::policy::repository_scopes;
 use crate::fetch::reference::ImageRef;
 
 pub const DEFAULT_DIR: &str = "/etc/containers/registries.d";
+/// containers/image's lookaside for root when registries.d names none.
+pub const DEFAULT_LOOKASIDE: &str = "file:///var/lib/containers/sigstore";
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -100,13 +107,33 @@ impl RegistriesD {
         Ok(())
     }
 
-    /// The storage configured for `image` (a registry image): its most specific scope's, else
+    /// The scopes' settings for `image` (a registry image), most specific first, then
     /// `default-docker`'s.
-    pub fn storage_for(&self, image: &ImageRef) -> Option<&Storage> {
-        repository_scopes(image)
-            .iter()
-            .find_map(|scope| self.docker.get(scope))
-            .or(self.default_docker.as_ref())
+    fn settings_for<'a>(&'a self, image: &ImageRef) -> impl Iterator<Item = &'a Storage> {
+        let mut scopes = Vec::new();
+        if let Some(named) = identity::image_reference(image) {
+            scopes.push(named.to_string());
+        }
+        scopes.extend(repository_scopes(image));
+        scopes
+            .into_iter()
+            .filter_map(|scope| self.docker.get(&scope))
+            .chain(self.default_docker.as_ref())
+    }
+
+    /// The lookaside store for `image`: the most specific scope that sets one, else the
+    /// built-in default.
+    pub fn lookaside_for(&self, image: &ImageRef) -> String {
+        self.settings_for(image)
+            .find_map(|s| s.lookaside().filter(|l| !l.is_empty()))
+            .unwrap_or(DEFAULT_LOOKASIDE)
+            .to_string()
+    }
+
+    /// `use-sigstore-attachments` for `image`: the most specific scope that sets it.
+    pub fn use_sigstore_attachments(&self, image: &ImageRef) -> Option<bool> {
+        self.settings_for(image)
+            .find_map(|s| s.use_sigstore_attachments)
     }
 }
 
@@ -123,25 +150,30 @@ mod tests {
             "docker:\n  quay.io/os:\n    lookaside: https://sigs.example.com/os\n  quay.io:\n    sigstore: https://old.example.com\n    use-sigstore-attachments: true\n",
         )
         .unwrap();
-        let lookaside = |s: &str| {
-            conf.storage_for(&ImageRef::parse(s).unwrap())
-                .and_then(|s| s.lookaside().map(str::to_string))
-        };
-        assert_eq!(
-            lookaside("quay.io/os/node:1").as_deref(),
-            Some("https://sigs.example.com/os")
-        );
-        assert_eq!(
-            lookaside("quay.io/other/node").as_deref(),
-            Some("https://old.example.com")
-        );
-        assert_eq!(
-            lookaside("reg.local:5000/x").as_deref(),
-            Some("file:///var/lib/sigs")
-        );
+        let lookaside = |s: &str| conf.lookaside_for(&ImageRef::parse(s).unwrap());
+        assert_eq!(lookaside("quay.io/os/node:1"), "https://sigs.example.com/os");
+        assert_eq!(lookaside("quay.io/other/node"), "https://old.example.com");
+        assert_eq!(lookaside("reg.local:5000/x"), "file:///var/lib/sigs");
         let twice = conf.add("docker:\n  quay.io/os:\n    lookaside: file:///x\n");
         assert!(format!("{:#}", twice.unwrap_err()).contains("more than one file"));
         let mut bad = RegistriesD::default();
         assert!(bad.add("docker: [1, 2]\n").is_err());
+    }
+
+    /// containers/image looks each setting up on its own: a scope that only turns attachments
+    /// on keeps the lookaside of the scope around it, and without any lookaside the built-in
+    /// default applies.
+    #[test]
+    fn each_setting_falls_back_on_its_own() {
+        let mut conf = RegistriesD::default();
+        conf.add("docker:\n  quay.io/os/node:\n    use-sigstore-attachments: true\n  quay.io:\n    lookaside: https://sigs.example.com\n    use-sigstore-attachments: false\n  quay.io/os/node:4.15:\n    lookaside: https://tagged.example.com\n")
+            .unwrap();
+        let image = |s: &str| ImageRef::parse(s).unwrap();
+        assert_eq!(conf.lookaside_for(&image("quay.io/os/node:1")), "https://sigs.example.com");
+        assert_eq!(conf.use_sigstore_attachments(&image("quay.io/os/node:1")), Some(true));
+        assert_eq!(conf.use_sigstore_attachments(&image("quay.io/os/other:1")), Some(false));
+        assert_eq!(conf.lookaside_for(&image("quay.io/os/node:4.15")), "https://tagged.example.com");
+        assert_eq!(conf.lookaside_for(&image("example.org/x:1")), DEFAULT_LOOKASIDE);
+        assert_eq!(conf.use_sigstore_attachments(&image("example.org/x:1")), None);
     }
 }

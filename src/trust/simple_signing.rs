@@ -161,16 +161,27 @@ pub struct Payload {
     pub reference: String,
 }
 
-/// Reads a payload of type `kind`, as strictly as the containers tools: the objects have
-/// exactly the fields containers-signature(5) defines (`optional` may be absent or null for
-/// cosign's payloads, and must be an object in simple signing's).
+/// Reads a payload of type `kind`, as strictly as containers/image: no key twice, the objects
+/// have exactly the fields containers-signature(5) defines, `optional` is present (an object;
+/// for cosign's payloads it may be `null`) and any `creator` in it a string, any `timestamp`
+/// an integer; the digest is one pivot can check.
 pub fn parse_payload(bytes: &[u8], kind: &str) -> Result<Payload> {
-    let value: serde_json::Value =
+    let super::strict_json::Strict(value) =
         serde_json::from_slice(bytes).context("the signature payload is not JSON")?;
-    let top = exact_object(&value, "the payload", &["critical", "optional"], &["optional"])?;
-    match top.get("optional") {
-        Some(serde_json::Value::Object(_)) => {}
-        Some(serde_json::Value::Null) | None if kind == COSIGN_TYPE => {}
+    let top = exact_object(&value, "the payload", &["critical", "optional"], &[])?;
+    match &top["optional"] {
+        serde_json::Value::Object(optional) => {
+            if let Some(creator) = optional.get("creator") {
+                ensure!(creator.is_string(), "the payload's optional.creator is not a string");
+            }
+            if let Some(timestamp) = optional.get("timestamp") {
+                let integral = timestamp.is_i64()
+                    || timestamp.is_u64()
+                    || timestamp.as_f64().is_some_and(|t| t.fract() == 0.0);
+                ensure!(integral, "the payload's optional.timestamp is not an integer");
+            }
+        }
+        serde_json::Value::Null if kind == COSIGN_TYPE => {}
         _ => bail!("the payload's \"optional\" is not an object"),
     }
     let critical = exact_object(&top["critical"], "\"critical\"", &["type", "image", "identity"], &[])?;
@@ -186,8 +197,11 @@ pub fn parse_payload(bytes: &[u8], kind: &str) -> Result<Payload> {
             .map(str::to_string)
             .ok_or_else(|| anyhow!("{what} is not a string"))
     };
+    let manifest_digest = text(&image["docker-manifest-digest"], "docker-manifest-digest")?;
+    super::docker_ref::check_digest(&manifest_digest)
+        .map_err(|why| anyhow!("docker-manifest-digest: {why}"))?;
     Ok(Payload {
-        manifest_digest: text(&image["docker-manifest-digest"], "docker-manifest-digest")?,
+        manifest_digest,
         reference: text(&identity["docker-reference"], "docker-reference")?,
     })
 }
@@ -236,8 +250,20 @@ mod tests {
         assert!(format!("{:#}", err.unwrap_err()).contains("not \"cosign"));
         let no_optional = payload("").replace(r#","optional":{"creator":"test"}"#, "");
         assert!(parse_payload(no_optional.as_bytes(), SIMPLE_SIGNING_TYPE).is_err());
+        // containers/image requires "optional" in cosign's payloads too; null is allowed there.
         let cosign = no_optional.replace(SIMPLE_SIGNING_TYPE, COSIGN_TYPE);
-        assert!(parse_payload(cosign.as_bytes(), COSIGN_TYPE).is_ok());
+        assert!(parse_payload(cosign.as_bytes(), COSIGN_TYPE).is_err());
+        let null = payload("")
+            .replace(SIMPLE_SIGNING_TYPE, COSIGN_TYPE)
+            .replace(r#"{"creator":"test"}"#, "null");
+        assert!(parse_payload(null.as_bytes(), COSIGN_TYPE).is_ok());
+        let twice = payload("").replace(r#""creator":"test""#, r#""creator":"a","creator":"b""#);
+        assert!(format!("{:#}", parse_payload(twice.as_bytes(), SIMPLE_SIGNING_TYPE).unwrap_err())
+            .contains("duplicate key"));
+        let float = payload("").replace(r#""creator":"test""#, r#""timestamp":1.5"#);
+        assert!(parse_payload(float.as_bytes(), SIMPLE_SIGNING_TYPE).is_err());
+        let bad_digest = payload("").replace(DIGEST, "sha256:abc");
+        assert!(parse_payload(bad_digest.as_bytes(), SIMPLE_SIGNING_TYPE).is_err());
         assert!(parse_payload(b"[]", SIMPLE_SIGNING_TYPE).is_err());
     }
 

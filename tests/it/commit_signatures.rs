@@ -199,3 +199,37 @@ fn a_commit_the_repo_already_has_is_verified_before_it_is_deployed() {
         "a layer was fetched again"
     );
 }
+
+/// An image that adds derived layers on top of a signed commit deploys a tree the remote never
+/// signed: `--ostree-remote` refuses it in one line, before any layer, leaving the sysroot as it
+/// was; the same image's signed base (the `encapsulated` image) still deploys.
+#[test]
+fn derived_layers_on_a_signed_commit_are_refused_under_the_remote() {
+    let env = Env::new();
+    let release = Signer::new("release");
+    trust_remote(&env, &release);
+    let signer = commit_signer(&release, false);
+    let oci = encapsulate_signed(&fixture("os-v2"), false, None, Some(&signer));
+    let images = push_native_images(&env, &oci);
+    let derived = images.pullspec(&env, "derived");
+    let gets = env.registry.count_requests("GET", "/blobs/");
+    assert_refused(
+        &env,
+        &["--ostree-remote", "os", &derived],
+        &[
+            "--ostree-remote os: ",
+            "derived layer(s) on top of its OSTree commit",
+            "would not be the one os signed",
+        ],
+    );
+    assert_eq!(
+        env.registry.count_requests("GET", "/blobs/") - gets,
+        1,
+        "only the image config was fetched"
+    );
+    assert_success(&env.pivot(&[
+        "--ostree-remote",
+        "os",
+        &images.pullspec(&env, "encapsulated"),
+    ]));
+}

@@ -70,7 +70,7 @@ impl Signer {
     }
 
     /// A simple-signing signature of `image`'s manifest naming `identity`, by skopeo.
-    fn sign(&self, image: &PushedImage, identity: &str) -> Vec<u8> {
+    pub(crate) fn sign(&self, image: &PushedImage, identity: &str) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
         let manifest = dir.path().join("manifest.json");
         let out = Command::new("skopeo")
@@ -97,19 +97,19 @@ impl Signer {
 }
 
 /// A lookaside store: signatures laid out as containers-registries.d(5) says.
-struct Lookaside {
-    dir: tempfile::TempDir,
+pub(crate) struct Lookaside {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Lookaside {
-    fn new() -> Lookaside {
+    pub(crate) fn new() -> Lookaside {
         Lookaside {
             dir: tempfile::tempdir().unwrap(),
         }
     }
 
     /// Stores `signatures` of `image` as signature-1, signature-2, ….
-    fn put(&self, image: &PushedImage, signatures: &[Vec<u8>]) {
+    pub(crate) fn put(&self, image: &PushedImage, signatures: &[Vec<u8>]) {
         let hex = image.digest.strip_prefix("sha256:").unwrap();
         let dir = self
             .dir
@@ -122,7 +122,7 @@ impl Lookaside {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("file://{}", self.dir.path().display())
     }
 }
@@ -174,12 +174,12 @@ impl Drop for HttpServer {
 
 /// A policy and registries.d naming `lookaside` for the test registry, written under the
 /// environment's directory; the pivot arguments that name them.
-fn trust_args(env: &Env, name: &str, policy: &str, lookaside: &str) -> Vec<String> {
+pub(crate) fn trust_args(env: &Env, name: &str, policy: &str, lookaside: &str) -> Vec<String> {
     trust_files(env, name, policy, &format!("lookaside: {lookaside}"))
 }
 
 /// [`trust_args`] with `storage` as the registry's registries.d entry.
-fn trust_files(env: &Env, name: &str, policy: &str, storage: &str) -> Vec<String> {
+pub(crate) fn trust_files(env: &Env, name: &str, policy: &str, storage: &str) -> Vec<String> {
     let dir = env.dir().join(name);
     let registries_d = dir.join("registries.d");
     std::fs::create_dir_all(&registries_d).unwrap();
@@ -197,7 +197,7 @@ fn trust_files(env: &Env, name: &str, policy: &str, storage: &str) -> Vec<String
     ]
 }
 
-fn signed_by(key: &Path) -> String {
+pub(crate) fn signed_by(key: &Path) -> String {
     format!(
         r#"{{"default": [{{"type": "reject"}}],
             "transports": {{"docker": {{"": [{{"type": "signedBy", "keyType": "GPGKeys", "keyPath": "{}"}}]}}}}}}"#,
@@ -213,7 +213,7 @@ pub(crate) fn layer_gets(env: &Env, image: &PushedImage) -> usize {
         .sum()
 }
 
-fn with_args<'a>(trust: &'a [String], rest: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn with_args<'a>(trust: &'a [String], rest: &[&'a str]) -> Vec<&'a str> {
     trust
         .iter()
         .map(String::as_str)
@@ -313,7 +313,8 @@ fn unsigned_untrusted_tampered_and_misnamed_images_are_refused_before_any_layer(
     );
     assert_eq!(layer_gets(&env, &image), 0);
 
-    // signedBy with nowhere to look: the refusal says where a store would be configured.
+    // signedBy with no lookaside configured: containers/image's built-in default store is
+    // read, and the refusal says where the signatures were looked for.
     let nowhere = trust_files(
         &env,
         "nowhere",
@@ -324,11 +325,76 @@ fn unsigned_untrusted_tampered_and_misnamed_images_are_refused_before_any_layer(
         &env,
         &with_args(&nowhere, &[&image.by_tag]),
         &[
-            "no lookaside store is configured for",
-            "nowhere/registries.d",
+            "no signature of",
+            "looked for in: lookaside file:///var/lib/containers/sigstore",
         ],
     );
     assert_eq!(layer_gets(&env, &image), 0);
+}
+
+/// `--download-only` keeps the signatures it was judged on; the later deployment is judged
+/// again under the policy in force then: the same policy deploys without the registry, a
+/// tightened one refuses as a pull would, and nothing is deployed.
+#[test]
+fn a_download_is_judged_again_under_the_policy_in_force_when_it_is_deployed() {
+    let mut env = Env::new();
+    let image = env.push_v2();
+    let release = Signer::new("release");
+    let other = Signer::new("other");
+    let (key, other_key) = (env.dir().join("release.gpg"), env.dir().join("other.gpg"));
+    release.export(&key, false);
+    other.export(&other_key, false);
+    let store = Lookaside::new();
+    store.put(&image, &[release.sign(&image, &image.by_tag)]);
+    let signed = trust_args(&env, "release", &signed_by(&key), &store.url());
+    let tightened = trust_args(&env, "other", &signed_by(&other_key), &store.url());
+    let open = trust_args(
+        &env,
+        "open",
+        r#"{"default": [{"type": "insecureAcceptAnything"}]}"#,
+        &store.url(),
+    );
+
+    // Downloaded under an open policy: the signature in the store is kept all the same.
+    assert_success(&env.pivot(&with_args(&open, &["--download-only", &image.by_tag])));
+    let kept = env
+        .sysroot
+        .path
+        .join(format!("ostree/deploy/{STATEROOT}/var/lib/pivot/downloads"))
+        .join(format!("{}.json", image.digest.replace(':', "-")));
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(&kept).unwrap()).unwrap();
+    assert_eq!(record["kind"], "DownloadSignatures");
+    assert_eq!(record["evidence"]["simple"].as_array().unwrap().len(), 1);
+
+    // A tightened policy: the kept signature is not by its key; the registry is asked and
+    // refuses the same way; nothing is deployed.
+    let pinned = image.by_digest.clone();
+    assert_refused(
+        &env,
+        &with_args(&tightened, &[&pinned]),
+        &[
+            "is refused by the signature policy",
+            "a key the policy does not trust",
+        ],
+    );
+    let out = env.pivot(&with_args(&tightened, &[&pinned]));
+    assert!(
+        stderr(&out)
+            .contains("does not satisfy the signature policy on the signatures kept with it"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        layer_gets(&env, &image),
+        1,
+        "only the download fetched the layer"
+    );
+
+    // Under the policy that trusts the key, the kept signature suffices without the registry.
+    env.registry.stop();
+    assert_success(&env.pivot(&with_args(&signed, &[&pinned])));
+    assert_eq!(env.deployed_images()[0], image.commit);
+    assert!(origin_of(&env, &image.commit).contains("verification=signed"));
 }
 
 #[test]
@@ -371,7 +437,7 @@ fn a_named_policy_that_is_missing_or_malformed_is_refused_in_one_line() {
     assert_eq!(layer_gets(&env, &image), 0);
 }
 
-fn sigstore_signed(key: &Path) -> String {
+pub(crate) fn sigstore_signed(key: &Path) -> String {
     format!(
         r#"{{"default": [{{"type": "reject"}}],
             "transports": {{"docker": {{"": [{{"type": "sigstoreSigned", "keyPath": "{}"}}]}}}}}}"#,

@@ -381,6 +381,11 @@ impl Registry {
         }
     }
 
+    /// The image as this source names it: a mirror's own reference when pulling through one.
+    pub fn image(&self) -> &ImageRef {
+        &self.image
+    }
+
     /// An HTTP client with this registry's TLS settings (certs.d CAs, client certificate,
     /// `insecure`), for the lookaside store that belongs to it, as containers/image fetches it.
     pub fn http_client(&self) -> &reqwest::Client {

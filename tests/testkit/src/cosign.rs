@@ -5,6 +5,7 @@
 //! Debian's skopeo cannot sign this way, so the kit writes the format; the signatures themselves
 //! are made by the `openssl` command, with keys it generates.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -82,19 +83,36 @@ pub fn attach_signatures(
     digest: &str,
     signatures: &[(Vec<u8>, Vec<u8>)],
 ) -> Result<()> {
+    let annotated: Vec<(String, Vec<u8>, BTreeMap<String, String>)> = signatures
+        .iter()
+        .map(|(payload, signature)| {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(signature);
+            let annotations = BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), encoded)]);
+            (PAYLOAD_TYPE.to_string(), payload.clone(), annotations)
+        })
+        .collect();
+    attach_annotated(registry, repository, digest, &annotated)
+}
+
+/// Attaches signatures given as (media type, payload, layer annotations) — a signature, and
+/// for keyless and PKI ones the certificate, chain and Rekor bundle — to the manifest `digest`.
+pub fn attach_annotated(
+    registry: &Registry,
+    repository: &str,
+    digest: &str,
+    signatures: &[(String, Vec<u8>, BTreeMap<String, String>)],
+) -> Result<()> {
     let config =
         br#"{"architecture":"","os":"","config":{},"rootfs":{"type":"layers","diff_ids":[]}}"#
             .to_vec();
     let layers: Vec<serde_json::Value> = signatures
         .iter()
-        .map(|(payload, signature)| {
+        .map(|(media_type, payload, annotations)| {
             serde_json::json!({
-                "mediaType": PAYLOAD_TYPE,
+                "mediaType": media_type,
                 "size": payload.len(),
                 "digest": sha256_digest(payload),
-                "annotations": {
-                    SIGNATURE_ANNOTATION: base64::engine::general_purpose::STANDARD.encode(signature)
-                }
+                "annotations": annotations
             })
         })
         .collect();
@@ -109,7 +127,7 @@ pub fn attach_signatures(
         "layers": layers
     });
     let mut blobs = vec![config];
-    blobs.extend(signatures.iter().map(|(payload, _)| payload.clone()));
+    blobs.extend(signatures.iter().map(|(_, payload, _)| payload.clone()));
     let tag = format!("{}.sig", digest.replace(':', "-"));
     push_to(
         registry,

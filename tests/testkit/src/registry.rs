@@ -176,6 +176,37 @@ impl Registry {
             .join("data")
     }
 
+    /// Places `manifest` into the registry's own storage as `repository:tag` (and by digest),
+    /// as distribution's filesystem driver lays it out; returns its digest. For manifests whose
+    /// blobs exist nowhere (containers/image's signature fixtures name blobs it does not
+    /// publish), which no registry accepts by push: the registry then serves them as it serves
+    /// any manifest.
+    pub fn store_manifest(&self, repository: &str, tag: &str, manifest: &[u8]) -> Result<String> {
+        let digest = crate::push::sha256_digest(manifest);
+        let hex = digest.trim_start_matches("sha256:");
+        let data = self.blob_data_path(&digest);
+        fs::create_dir_all(data.parent().expect("a blob path has a parent"))?;
+        fs::write(&data, manifest)?;
+        let manifests = self
+            .storage_dir()
+            .join("docker/registry/v2/repositories")
+            .join(repository)
+            .join("_manifests");
+        for link in [
+            manifests.join("revisions/sha256").join(hex),
+            manifests.join("tags").join(tag).join("current"),
+            manifests
+                .join("tags")
+                .join(tag)
+                .join("index/sha256")
+                .join(hex),
+        ] {
+            fs::create_dir_all(&link)?;
+            fs::write(link.join("link"), &digest)?;
+        }
+        Ok(digest)
+    }
+
     pub fn log(&self) -> String {
         fs::read(self.log_path())
             .map(|b| String::from_utf8_lossy(&b).into_owned())
