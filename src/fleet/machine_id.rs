@@ -1,7 +1,11 @@
-//! The node's id towards a FleetLock server: an application-specific machine ID, derived from
-//! `/etc/machine-id` as zincati derives its own (systemd's `sd_id128_get_machine_app_specific`),
-//! with pivot's application ID. Stable across boots and reinstalls that keep the machine ID,
-//! and it does not reveal the machine ID itself.
+//! The node's id towards a FleetLock server: zincati's own — the application-specific machine ID
+//! systemd's `sd_id128_get_machine_app_specific` derives from `/etc/machine-id` with *zincati's*
+//! application ID. A node is then the same client whether pivot or zincati asks (a slot pivot
+//! took is released by zincati, and the other way round), and poseidon/fleetlock, which finds
+//! the Kubernetes node to drain by computing exactly this id from the machine ID each node
+//! reports (its `internal/nodes.go`), can find it: with an id of pivot's own, no node matched,
+//! the drain did nothing and `steady-state` failed for good. Stable across boots and reinstalls
+//! that keep the machine ID, and it does not reveal the machine ID itself.
 
 use std::path::Path;
 
@@ -10,8 +14,8 @@ use openssl::hash::MessageDigest;
 use openssl::pkey::PKey;
 use openssl::sign::Signer;
 
-/// pivot's application ID (a random UUID, fixed forever: changing it changes every node's id).
-pub const APP_ID: &str = "6f7901ecce5d4a068ea1f7f9a3c7323a";
+/// zincati's application ID (its `identity` module), which FleetLock servers expect.
+pub const APP_ID: &str = "de35106b6ec24688b63afddaa156679b";
 
 /// The app-specific id of the machine whose `/etc` is `etc`.
 pub fn of_etc(etc: &Path) -> Result<String> {
@@ -56,7 +60,9 @@ mod tests {
         assert_eq!(id.len(), 32);
         assert_eq!(&id[12..13], "4");
         assert!("89ab".contains(&id[16..17]), "{id}");
-        assert_ne!(id, app_specific(machine, "de35106b6ec24688b63afddaa156679b").unwrap());
+        // Another application's id of the same machine differs.
+        assert_ne!(id, app_specific(machine, "6f7901ecce5d4a068ea1f7f9a3c7323a").unwrap());
+        assert_ne!(id, app_specific("3d1219c7c4c5404aaa1f6d2a48adfda5", APP_ID).unwrap());
         assert!(app_specific("not-an-id", APP_ID).is_err());
     }
 }

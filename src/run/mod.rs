@@ -340,14 +340,14 @@ impl Run<'_> {
         if let Some(hit) = hit {
             return self.settle(hit.clone());
         }
-        // Before anything else of the image is fetched; on the manifest pulled (an index's
-        // platform manifest), as podman judges it.
         // A download, or a locked update kept for re-staging after a reboot, is judged again
         // when deployed from the repo: keep every signature that could be asked for then.
         let gather = match self.opts.download_only || self.opts.lock_finalization {
             true => Gather::All,
             false => Gather::Needed,
         };
+        // Before anything else of the image is fetched; on the manifest pulled (an index's
+        // platform manifest), as podman judges it.
         let (verified, evidence) = trust
             .check(
                 &self.image,

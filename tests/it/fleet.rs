@@ -85,14 +85,19 @@ fn an_unreachable_server_is_an_error_naming_it() {
 }
 
 #[test]
-fn the_node_id_is_the_app_specific_machine_id_systemd_derives() {
+fn the_node_id_is_zincatis_app_specific_machine_id() {
     // systemd-id128 reads /etc/machine-id; without it this comparison cannot be made.
     assert!(
         std::path::Path::new("/etc/machine-id").exists(),
         "this test compares with systemd-id128, which reads /etc/machine-id"
     );
+    // zincati's application ID, spelled out: the id must be the one zincati sends.
     let out = Command::new("systemd-id128")
-        .args(["machine-id", "--app-specific", machine_id::APP_ID])
+        .args([
+            "machine-id",
+            "--app-specific",
+            "de35106b6ec24688b63afddaa156679b",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -183,4 +188,57 @@ fn a_mistake_in_the_configuration_fails_the_pivot_before_anything_is_pulled() {
     drop_in(&env, "50-fleet.toml", "[reboot]\nstrategy = \"sentinel\"\n");
     assert_success(&env.pivot(&[&v2.by_tag]));
     assert_eq!(env.deployed_images()[0], v2.commit);
+}
+
+/// `pivot-confirm.service` reads the proxy files `pivot.service` reads, and `pivot confirm` gives
+/// the slot back through the proxy the environment names (a real tinyproxy), as the pull goes.
+#[test]
+fn the_slot_is_given_back_through_the_proxy_the_units_name() {
+    let environment_files = |unit: &str| -> Vec<String> {
+        let path = format!("{}/systemd/{unit}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("EnvironmentFile="))
+            .map(str::to_string)
+            .collect()
+    };
+    let confirm = environment_files("pivot-confirm.service");
+    assert_eq!(confirm, environment_files("pivot.service"));
+    assert!(
+        confirm
+            .iter()
+            .any(|l| l == "EnvironmentFile=-/etc/mco/proxy.env"),
+        "{confirm:?}"
+    );
+
+    let env = Env::new();
+    let server = FleetLockServer::start(1).unwrap();
+    let proxy = pivot_testkit::Tinyproxy::start().unwrap();
+    let machine = "0123456789abcdef0123456789abcdef";
+    std::fs::write(env.default_etc().join("machine-id"), format!("{machine}\n")).unwrap();
+    drop_in(
+        &env,
+        "50-fleet.toml",
+        &format!(
+            "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"{}/\"\n",
+            server.base_url()
+        ),
+    );
+    let out = env.subcommand_with_env("confirm", &[], &[("HTTP_PROXY", &proxy.url())]);
+    assert_success(&out);
+    assert_eq!(server.requests().len(), 1);
+    let base = server.base_url();
+    let host = base
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let carried = proxy.requests_to(&host);
+    assert!(
+        carried.iter().any(|r| r.contains("/v1/steady-state")),
+        "steady-state did not go through the proxy: {carried:?}\n{}",
+        proxy.log()
+    );
 }

@@ -111,6 +111,23 @@ impl Env {
         self.run(cmd)
     }
 
+    /// [`Env::subcommand`] with extra environment variables (a proxy, say).
+    pub fn subcommand_with_env(
+        &self,
+        subcommand: &str,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
+        cmd.arg(subcommand)
+            .arg("--sysroot")
+            .arg(&self.sysroot.path)
+            .args(args);
+        self.prepare(&mut cmd);
+        cmd.envs(vars.iter().copied());
+        cmd.output().expect("running pivot")
+    }
+
     pub fn status_json(&self) -> serde_json::Value {
         let out = self.subcommand("status", &["--json"]);
         assert_success(&out);
