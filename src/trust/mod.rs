@@ -257,13 +257,7 @@ fn default_policy(path: &Path) -> Result<Option<Policy>> {
 
 #[cfg(test)]
 pub(crate) fn fixtures_dir() -> PathBuf {
-    let dir = PathBuf::from("/var/cache/pivot-tests/containers-image/fixtures");
-    assert!(
-        dir.join("policy.json").is_file(),
-        "containers/image's signature fixtures are missing from {}: run .ci/signature-fixtures",
-        dir.display()
-    );
-    dir
+    pivot_testkit::containers_image_fixtures()
 }
 
 #[cfg(test)]

@@ -22,13 +22,7 @@ use base64::Engine;
 use crate::common::*;
 
 fn fixtures() -> PathBuf {
-    let dir = PathBuf::from("/var/cache/pivot-tests/containers-image/fixtures");
-    assert!(
-        dir.join("policy.json").is_file(),
-        "containers/image's signature fixtures are missing from {}: run .ci/signature-fixtures",
-        dir.display()
-    );
-    dir
+    pivot_testkit::containers_image_fixtures()
 }
 
 /// The verdicts seen.

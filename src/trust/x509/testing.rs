@@ -13,11 +13,8 @@ use openssl::pkey::{PKey, Private};
 use openssl::x509::extension::BasicConstraints;
 use openssl::x509::{X509Extension, X509Name, X509};
 
-/// Where `.ci/signature-fixtures` puts them; `PIVOT_SIGNATURE_FIXTURES` names its `DEST`.
 fn dir() -> PathBuf {
-    let dest = std::env::var_os("PIVOT_SIGNATURE_FIXTURES")
-        .unwrap_or_else(|| "/var/cache/pivot-tests/containers-image".into());
-    PathBuf::from(dest).join("fixtures")
+    pivot_testkit::containers_image_fixtures()
 }
 
 pub fn read(name: &str) -> Vec<u8> {

@@ -50,3 +50,18 @@ pub use tls::{CertKey, TestCa};
 pub use tmpfs::Tmpfs;
 pub use token_server::{TokenRequest, TokenServer, TokenServerBuilder, TOKEN_PATH};
 pub use tree::{fixtures_dir, Entry, Tree};
+
+/// containers/image's published signature fixtures, where `.ci/signature-fixtures` unpacks
+/// them (`PIVOT_SIGNATURE_FIXTURES` names its destination instead); a test that needs them and
+/// finds none fails, saying how to get them.
+pub fn containers_image_fixtures() -> std::path::PathBuf {
+    let dest = std::env::var_os("PIVOT_SIGNATURE_FIXTURES")
+        .unwrap_or_else(|| "/var/cache/pivot-tests/containers-image".into());
+    let dir = std::path::PathBuf::from(dest).join("fixtures");
+    assert!(
+        dir.join("policy.json").is_file(),
+        "containers/image's signature fixtures are missing from {}: run .ci/signature-fixtures",
+        dir.display()
+    );
+    dir
+}
