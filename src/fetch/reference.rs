@@ -316,7 +316,7 @@ fn validate_repository(repository: &str) -> Result<()> {
 }
 
 /// distribution's grammar: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`
-fn is_path_component(s: &str) -> bool {
+pub(crate) fn is_path_component(s: &str) -> bool {
     let b = s.as_bytes();
     let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
     if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {

@@ -13,6 +13,9 @@
 
 use std::fmt;
 
+/// A path component by distribution's grammar, the same for pullspecs and signed identities.
+pub(crate) use crate::fetch::reference::is_path_component;
+
 const DEFAULT_DOMAIN: &str = "docker.io";
 const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
 const OFFICIAL_REPO: &str = "library";
@@ -175,32 +178,6 @@ pub(crate) fn is_domain(s: &str) -> bool {
     };
     host.split('.').all(component)
         && port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// `[a-z0-9]+ (separator [a-z0-9]+)*` with separators `.`, `_`, `__` or any run of `-`.
-pub(crate) fn is_path_component(c: &str) -> bool {
-    let bytes = c.as_bytes();
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
-        return false;
-    }
-    let mut i = 0;
-    while i < bytes.len() {
-        if alnum(bytes[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < bytes.len() && !alnum(bytes[i]) {
-            i += 1;
-        }
-        let separator = &c[start..i];
-        let dashes = separator.bytes().all(|b| b == b'-');
-        if !(dashes || matches!(separator, "." | "_" | "__")) {
-            return false;
-        }
-    }
-    true
 }
 
 fn is_tag(t: &str) -> bool {
