@@ -345,6 +345,8 @@ async fn forward(
     let policy = *registry.retry_policy();
     let mut attempt = 0;
     let mut progress = std::time::Instant::now();
+    // What the registry asked for when it refused the last request (`Retry-After`).
+    let mut asked = None;
     while offset < size {
         let failure = match registry.blob_from(&desc, offset).await {
             Ok(blob) if blob.remaining.is_some_and(|n| n != size - offset) => {
@@ -390,10 +392,13 @@ async fn forward(
                     .await;
                 return;
             }
-            Err(e) => crate::fetch::retry::describe(&e),
+            Err(e) => {
+                asked = crate::fetch::retry::retry_after(&e);
+                crate::fetch::retry::describe(&e)
+            }
         };
         attempt += 1;
-        match policy.next_delay(attempt, progress) {
+        match policy.next_delay(attempt, progress, asked.take()) {
             Some(delay) => {
                 tracing::warn!(
                     "fetching blob {}: {failure}; resuming at byte {offset} in {:.1} s",

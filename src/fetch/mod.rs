@@ -12,6 +12,7 @@ pub mod proxy;
 pub mod reference;
 pub mod registry;
 pub mod retry;
+pub mod retry_after;
 pub mod sha256_state;
 pub mod source;
 pub(crate) mod spool_writer;

@@ -6,6 +6,11 @@
 //! the last progress (a request that succeeded, a byte of a blob that arrived), so a pull of
 //! hours over a link that drops now and then resumes after every drop, while a registry that
 //! stays down is given up on after the budget.
+//!
+//! A registry that rate-limits (429, or 503 while overloaded) says when to come back with
+//! `Retry-After`, as delay-seconds or an HTTP-date: that request is not sent again sooner (plus a
+//! little jitter, so that a pool told the same time does not return in lockstep). A wait the
+//! budget cannot cover ends the retries at once, saying so, instead of asking early.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -28,12 +33,21 @@ impl RetryPolicy {
     }
 
     /// The delay before retry number `attempt` (1-based) of a fault whose last progress was at
-    /// `progress`, or `None` once the retry would end after the budget.
-    pub fn next_delay(&self, attempt: u32, progress: Instant) -> Option<Duration> {
+    /// `progress`, at least what the registry `asked` for (its `Retry-After`), or `None` once
+    /// the retry would end after the budget.
+    pub fn next_delay(
+        &self,
+        attempt: u32,
+        progress: Instant,
+        asked: Option<Duration>,
+    ) -> Option<Duration> {
         let exp = FIRST_DELAY.saturating_mul(1 << attempt.saturating_sub(1).min(16));
         let cap = exp.min(MAX_DELAY);
         // Full jitter: many nodes retrying against one registry must not do so in lockstep.
-        let delay = cap.mul_f64(0.5 + 0.5 * jitter());
+        let mut delay = cap.mul_f64(0.5 + 0.5 * jitter());
+        if let Some(asked) = asked {
+            delay = delay.max(asked.saturating_add(asked.mul_f64(0.1 * jitter())));
+        }
         (progress.elapsed() + delay < self.budget).then_some(delay)
     }
 
@@ -44,7 +58,7 @@ impl RetryPolicy {
 
 /// A uniformly spread number in [0, 1) without a random-number crate: the standard library's
 /// randomly keyed hasher over the current time.
-fn jitter() -> f64 {
+pub(crate) fn jitter() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -56,8 +70,26 @@ fn jitter() -> f64 {
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-pub fn is_transient(e: &OciDistributionError) -> bool {
+/// The error a response made, without the `Retry-After` it came with.
+pub fn peel(e: &OciDistributionError) -> &OciDistributionError {
     match e {
+        OciDistributionError::RetryAfter { error, .. } => peel(error),
+        other => other,
+    }
+}
+
+/// How long the registry asked to wait before asking again, if it said (`Retry-After`).
+pub fn retry_after(e: &OciDistributionError) -> Option<Duration> {
+    match e {
+        OciDistributionError::RetryAfter { retry_after, .. } => {
+            super::retry_after::parse(retry_after, std::time::SystemTime::now())
+        }
+        _ => None,
+    }
+}
+
+pub fn is_transient(e: &OciDistributionError) -> bool {
+    match peel(e) {
         // A certificate the client does not trust will not become trusted by asking again.
         OciDistributionError::RequestError(_) if is_tls_rejection(e) => false,
         OciDistributionError::RequestError(e) => {
@@ -128,6 +160,28 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// Why retries of `err` end: the budget is spent, or the registry asked for a longer wait than
+/// it leaves.
+fn gave_up(
+    err: &OciDistributionError,
+    attempt: u32,
+    asked: Option<Duration>,
+    policy: &RetryPolicy,
+) -> String {
+    let budget = policy.budget().as_secs();
+    match asked {
+        Some(asked) => format!(
+            "{} (the registry asks to wait {} s before trying again (Retry-After), more than the retry budget of {budget} s leaves; gave up after {attempt} attempts)",
+            describe(err),
+            asked.as_secs()
+        ),
+        None => format!(
+            "{} (gave up after {attempt} attempts in {budget} s without progress, the retry budget)",
+            describe(err)
+        ),
+    }
+}
+
 /// Runs `op` until it succeeds, fails permanently, or the budget is spent.
 pub async fn retry<T, F, Fut>(policy: &RetryPolicy, what: &str, mut op: F) -> anyhow::Result<T>
 where
@@ -146,7 +200,8 @@ where
         if !is_transient(&err) {
             return Err(anyhow::anyhow!("{}", describe(&err)));
         }
-        match policy.next_delay(attempt, progress) {
+        let asked = retry_after(&err);
+        match policy.next_delay(attempt, progress, asked) {
             Some(delay) => {
                 tracing::warn!(
                     "{what}: {}; retrying in {:.1} s",
@@ -155,13 +210,7 @@ where
                 );
                 tokio::time::sleep(delay).await;
             }
-            None => {
-                return Err(anyhow::anyhow!(
-                "{} (gave up after {attempt} attempts in {} s without progress, the retry budget)",
-                describe(&err),
-                policy.budget().as_secs()
-            ))
-            }
+            None => return Err(anyhow::anyhow!("{}", gave_up(&err, attempt, asked, policy))),
         }
     }
 }
@@ -173,19 +222,19 @@ mod tests {
     #[test]
     fn delays_grow_and_stay_within_the_cap() {
         let policy = RetryPolicy::new(Duration::from_secs(3600));
-        let first = policy.next_delay(1, Instant::now()).unwrap();
+        let first = policy.next_delay(1, Instant::now(), None).unwrap();
         assert!(
             first >= FIRST_DELAY / 2 && first <= FIRST_DELAY,
             "{first:?}"
         );
-        let late = policy.next_delay(30, Instant::now()).unwrap();
+        let late = policy.next_delay(30, Instant::now(), None).unwrap();
         assert!(late >= MAX_DELAY / 2 && late <= MAX_DELAY, "{late:?}");
     }
 
     #[test]
     fn spent_budget_stops_retries() {
         let policy = RetryPolicy::new(Duration::from_millis(10));
-        assert!(policy.next_delay(1, Instant::now()).is_none());
+        assert!(policy.next_delay(1, Instant::now(), None).is_none());
     }
 
     #[test]
@@ -193,9 +242,35 @@ mod tests {
         let policy = RetryPolicy::new(Duration::from_secs(60));
         let long_ago = Instant::now() - Duration::from_secs(3600);
         // A run that started an hour ago and made progress just now may retry…
-        assert!(policy.next_delay(1, Instant::now()).is_some());
+        assert!(policy.next_delay(1, Instant::now(), None).is_some());
         // …one that has made none for an hour may not.
-        assert!(policy.next_delay(1, long_ago).is_none());
+        assert!(policy.next_delay(1, long_ago, None).is_none());
+    }
+
+    #[test]
+    fn the_registrys_retry_after_is_waited_out_within_the_budget() {
+        let policy = RetryPolicy::new(Duration::from_secs(120));
+        let asked = Duration::from_secs(30);
+        for _ in 0..20 {
+            let delay = policy.next_delay(1, Instant::now(), Some(asked)).unwrap();
+            assert!(delay >= asked && delay <= asked.mul_f64(1.1), "{delay:?}");
+        }
+        // A wait longer than what the budget leaves ends the retries instead of asking early.
+        assert!(policy
+            .next_delay(1, Instant::now(), Some(Duration::from_secs(300)))
+            .is_none());
+        let limited = OciDistributionError::RetryAfter {
+            error: Box::new(OciDistributionError::ServerError {
+                code: 429,
+                url: "u".into(),
+                message: String::new(),
+            }),
+            retry_after: "300".into(),
+        };
+        assert!(is_transient(&limited));
+        assert_eq!(retry_after(&limited), Some(Duration::from_secs(300)));
+        let why = gave_up(&limited, 1, retry_after(&limited), &policy);
+        assert!(why.contains("asks to wait 300 s"), "{why}");
     }
 
     #[test]

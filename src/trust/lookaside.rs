@@ -87,11 +87,14 @@ async fn fetch(
         return Ok(None);
     }
     if !status.is_success() {
-        return Err(OciDistributionError::ServerError {
-            code: status.as_u16(),
-            url: url.to_string(),
-            message: status.canonical_reason().unwrap_or_default().to_string(),
-        });
+        return Err(oci_client::client::with_retry_after(
+            OciDistributionError::ServerError {
+                code: status.as_u16(),
+                url: url.to_string(),
+                message: status.canonical_reason().unwrap_or_default().to_string(),
+            },
+            response.headers(),
+        ));
     }
     if response.content_length().is_some_and(|n| n > MAX_SIGNATURE) {
         return Err(OciDistributionError::GenericError(Some(format!(

@@ -23,6 +23,7 @@ mod outcomes;
 mod pivots;
 mod proxies;
 mod prune;
+mod rate_limits;
 mod reboot;
 mod refusals;
 mod rollback;

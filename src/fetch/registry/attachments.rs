@@ -36,7 +36,7 @@ impl Registry {
 
 /// The registry has no manifest by that name.
 fn is_unknown(e: &OciDistributionError) -> bool {
-    match e {
+    match retry::peel(e) {
         OciDistributionError::RegistryError { envelope, .. } => envelope
             .errors
             .iter()

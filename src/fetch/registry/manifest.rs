@@ -33,7 +33,7 @@ impl Registry {
     pub(super) async fn get_manifest(&self, reference: &Reference) -> Fetched {
         let token = match self.token() {
             Some(token) => token,
-            None => self.new_token(reference).await,
+            None => self.new_token(reference).await?,
         };
         let registry = reference.resolve_registry();
         let url = format!(
@@ -60,10 +60,14 @@ impl Registry {
         }
         let status = response.status();
         if !status.is_success() {
+            let headers = response.headers().clone();
             let body = read_bounded(response, MAX_ERROR_BODY)
                 .await?
                 .unwrap_or_default();
-            return Err(registry_error(status, &body, &url));
+            return Err(oci_client::client::with_retry_after(
+                registry_error(status, &body, &url),
+                &headers,
+            ));
         }
         if let Some(announced) = response.content_length() {
             if announced > MAX_JSON_BYTES as u64 {

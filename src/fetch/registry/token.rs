@@ -20,22 +20,28 @@ impl Registry {
     }
 
     /// Asks the registry's token service for a pull token for `reference`'s repository (oci-client
-    /// keeps it for its blob requests too). A failed request means trying without, as
-    /// oci-client does: the registry's answer is then what gets reported.
-    pub(super) async fn new_token(&self, reference: &Reference) -> Option<String> {
+    /// keeps it for its blob requests too). A refused request means trying without, as
+    /// oci-client does: the registry's answer is then what gets reported. A token service that
+    /// is down or rate-limits (5xx, 408, 429, no connection) is an error to retry, as the
+    /// registry itself would be: trying without a token would only be refused.
+    pub(super) async fn new_token(
+        &self,
+        reference: &Reference,
+    ) -> Result<Option<String>, OciDistributionError> {
         let token = match self
             .client
             .auth(reference, &self.auth, RegistryOperation::Pull)
             .await
         {
             Ok(token) => token,
+            Err(e) if crate::fetch::retry::is_transient(&e) => return Err(e),
             Err(e) => {
                 tracing::debug!("getting a pull token: {}", crate::fetch::retry::describe(&e));
                 None
             }
         };
         *self.token.lock().expect("token lock") = Some(token.clone());
-        token
+        Ok(token)
     }
 
     /// Runs `request`; if the registry refuses it (401) while a bearer token is in use, gets a
@@ -57,7 +63,7 @@ impl Registry {
                     registry = %self.image.registry,
                     "the registry refused the pull token (expired?): getting a new one"
                 );
-                if self.new_token(reference).await.is_none() {
+                if self.new_token(reference).await?.is_none() {
                     return Err(self.refused_again(&url));
                 }
                 match request().await {

@@ -187,6 +187,8 @@ pub struct ProxiedRequest {
     /// Response body bytes written to the client so far.
     pub body_bytes: u64,
     pub fault: Option<FaultKind>,
+    /// When the request arrived.
+    pub at: std::time::Instant,
 }
 
 /// The OCI distribution error code for an injected status.

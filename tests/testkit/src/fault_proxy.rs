@@ -183,6 +183,7 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
         status: None,
         body_bytes: 0,
         fault: fault.clone(),
+        at: Instant::now(),
     });
     let mut limit = None;
     let mut stall = None;

@@ -89,6 +89,16 @@ impl RegistryBuilder {
         self
     }
 
+    /// [`Self::token_auth`], with clients sent to the token service through `proxy_host`
+    /// ("127.0.0.1:PORT" of a proxy in front of it, e.g. a fault proxy).
+    pub fn token_auth_through(self, server: &TokenServer, proxy_host: &str) -> Self {
+        let mut this = self.token_auth(server);
+        if let Some(token) = this.opts.token.as_mut() {
+            token.realm = token.realm.replacen(&server.host(), proxy_host, 1);
+        }
+        this
+    }
+
     /// Serves the same storage directory as `other` (which must outlive this
     /// registry): a push to either is visible on both.
     pub fn shared_storage(mut self, other: &Registry) -> Self {

@@ -914,6 +914,25 @@ impl Client {
                 debug!("Successfully authorized for image '{:?}'", image);
                 Ok(Some(RegistryTokenType::Bearer(token)))
             }
+            // A token service that is overloaded or down (patched in for pivot: see
+            // PATCHED.md) is a server error the caller may retry, not a refusal.
+            status
+                if status == StatusCode::TOO_MANY_REQUESTS
+                    || status == StatusCode::REQUEST_TIMEOUT
+                    || status.is_server_error() =>
+            {
+                let url = auth_res.url().to_string();
+                let headers = auth_res.headers().clone();
+                let message = auth_res.text().await?;
+                Err(with_retry_after(
+                    OciDistributionError::ServerError {
+                        code: status.as_u16(),
+                        url,
+                        message,
+                    },
+                    &headers,
+                ))
+            }
             _ => {
                 let reason = auth_res.text().await?;
                 debug!("Failed to authenticate for image '{:?}': {}", image, reason);
@@ -1365,8 +1384,10 @@ impl Client {
         let status = response.status();
         let url = response.url().to_string();
         if !status.is_success() {
+            let headers = response.headers().clone();
             let body = response.bytes().await?;
-            return validate_registry_response(status, &body, &url);
+            return validate_registry_response(status, &body, &url)
+                .map_err(|e| with_retry_after(e, &headers));
         }
         let mut stream = response.bytes_stream();
 
@@ -1480,8 +1501,9 @@ impl Client {
             )),
             _ => {
                 let url = response.url().to_string();
+                let headers = response.headers().clone();
                 let body = response.bytes().await?;
-                Err(validate_registry_response(status, &body, &url).expect_err("validate_registry_response should return an error for non-success status codes"))
+                Err(with_retry_after(validate_registry_response(status, &body, &url).expect_err("validate_registry_response should return an error for non-success status codes"), &headers))
             }
         }
     }
@@ -2216,6 +2238,21 @@ impl Client {
 /// The OCI spec technically does not allow any codes but 200, 500, 401, and 404.
 /// Obviously, HTTP servers are going to send other codes. This tries to catch the
 /// obvious ones (200, 4XX, 5XX). Anything else is just treated as an error.
+/// `error`, carrying the response's `Retry-After` header if it has one (patched in for pivot: see
+/// PATCHED.md).
+pub fn with_retry_after(error: OciDistributionError, headers: &HeaderMap) -> OciDistributionError {
+    match headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(value) => OciDistributionError::RetryAfter {
+            error: Box::new(error),
+            retry_after: value.trim().to_string(),
+        },
+        None => error,
+    }
+}
+
 fn validate_registry_response(status: reqwest::StatusCode, body: &[u8], url: &str) -> Result<()> {
     match status {
         reqwest::StatusCode::OK => Ok(()),
@@ -2275,8 +2312,11 @@ async fn stream_from_response(
     let headers = response.headers().clone();
     if !status.is_success() {
         let body = response.bytes().await?;
-        return Err(validate_registry_response(status, &body, &url).expect_err(
-            "validate_registry_response should return an error for non-success status codes",
+        return Err(with_retry_after(
+            validate_registry_response(status, &body, &url).expect_err(
+                "validate_registry_response should return an error for non-success status codes",
+            ),
+            &headers,
         ));
     }
     let stream = response.bytes_stream().map_err(std::io::Error::other);

@@ -72,6 +72,15 @@ pub enum OciDistributionError {
     /// Transparent wrapper around `reqwest::Error`
     #[error(transparent)]
     RequestError(#[from] reqwest::Error),
+    /// The registry answered with `Retry-After` (patched in for pivot: see PATCHED.md): the
+    /// error the response makes, and the header's value (delay-seconds or an HTTP-date).
+    #[error("{error}")]
+    RetryAfter {
+        /// The error the response is, as without the header
+        error: Box<OciDistributionError>,
+        /// The `Retry-After` header, as sent
+        retry_after: String,
+    },
     /// HTTP Server error
     #[error("Server error: url {url}, code: {code}, message: {message}")]
     ServerError {
