@@ -13,7 +13,8 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use crate::fetch::config::auth::AuthFiles;
 use crate::fetch::registry::Access;
 use crate::fetch::retry::{self, RetryPolicy};
-use crate::fleet::{self, config::Config};
+use crate::fleet::config::{Config, Strategy};
+use crate::fleet::{self, Released};
 use crate::node::confirm::Verdict;
 use crate::node::events;
 use crate::node::progress::Progress;
@@ -65,7 +66,16 @@ pub enum Command {
     /// back to it until /etc/pivot/image-pullspec names another image.
     Rollback(RollbackArgs),
     /// Let the next reboot apply the deployment `--lock-finalization` staged.
+    ///
+    /// With `--reboot` under the reboot strategy fleet_lock, the FleetLock slot is taken first.
     Finalize(FinalizeArgs),
+    /// Give the node's FleetLock reboot slot back (pivot-steady-state.service, at boot).
+    ///
+    /// Tells the server the slot an earlier boot asked for (/var/lib/pivot/fleet-lock.json) is
+    /// free again, asking until it says yes; nothing to do when no slot was asked for, or only
+    /// in this boot. Exits 1 only when the server refuses for good (a 4xx other than 408, 423
+    /// and 429); the record then stays for the next try.
+    SteadyState(SteadyStateArgs),
     /// Print the man page (roff) generated from this command line, for packaging.
     #[command(hide = true)]
     Man,
@@ -96,10 +106,12 @@ pub struct RollbackArgs {
 pub struct ConfirmArgs {
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysroot: PathBuf,
-    /// Seconds to keep trying to give the node's reboot slot back to the FleetLock server
-    /// (reboot strategy fleet_lock) before failing.
-    #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
-    pub retry_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct SteadyStateArgs {
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysroot: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -264,10 +276,33 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
         }
         Some(Command::Confirm(args)) => confirm(args).await,
         Some(Command::Finalize(args)) => {
+            let staged = crate::sysroot::deployments::open_sysroot(&args.sysroot)?
+                .staged_deployment()
+                .is_some();
+            if !staged {
+                bail!("no deployment is staged: there is nothing to finalize");
+            }
+            // The slot before the unlock: an unlocked deployment is applied by any reboot.
+            let fleet = match args.reboot {
+                true => Some(run::fleet_node(&args.sysroot)?),
+                false => None,
+            };
+            if let Some((
+                node,
+                Config {
+                    strategy: Strategy::FleetLock(lock),
+                    ..
+                },
+            )) = &fleet
+            {
+                fleet::take_slot(lock, node).await?;
+            }
             let sysroot = args.sysroot.clone();
-            let unlocked =
-                tokio::task::spawn_blocking(move || crate::sysroot::finalize::unlock(&sysroot))
-                    .await??;
+            let unlocked = tokio::task::spawn_blocking(move || fleet::unlock(&sysroot))
+                .await??
+                .ok_or_else(|| {
+                    anyhow::anyhow!("no deployment is staged: there is nothing to finalize")
+                })?;
             match unlocked.was_locked {
                 true => println!("unlocked: the next reboot applies {}", unlocked.commit),
                 false => println!(
@@ -275,13 +310,24 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                     unlocked.commit
                 ),
             }
-            if args.reboot {
-                let (etc, config) = system_config(&args.sysroot)?;
+            if unlocked.was_locked {
+                reboot::mark_needed()?;
+            }
+            if let Some((node, config)) = fleet {
                 let target = events::Target {
                     commit: unlocked.commit,
                     ..Default::default()
                 };
-                fleet::reboot(&config.strategy, &etc, &target).await?;
+                fleet::reboot(&config.strategy, &node, &target).await?;
+            }
+            Ok(Exit::Success)
+        }
+        Some(Command::SteadyState(args)) => {
+            let (node, _) = run::fleet_node(&args.sysroot)?;
+            match fleet::steady_state(&node.state_dir).await? {
+                Released::Nothing => println!("no FleetLock reboot slot was asked for: nothing to give back"),
+                Released::ThisBoot => println!("the FleetLock reboot slot was asked for in this boot: it is given back after the reboot it is for"),
+                Released::GivenBack { base_url, id } => println!("gave the reboot slot of {id} back to {base_url}"),
             }
             Ok(Exit::Success)
         }
@@ -330,7 +376,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
 async fn confirm(args: ConfirmArgs) -> Result<Exit> {
     // A mistake in the configuration must not keep the verdict from being recorded: it fails
     // the unit after the verdict, with the checks bounded by the default.
-    let loaded = system_config(&args.sysroot);
+    let loaded = run::fleet_node(&args.sysroot);
     let timeout = loaded
         .as_ref()
         .map(|(_, c)| c.health_timeout)
@@ -387,6 +433,13 @@ async fn confirm(args: ConfirmArgs) -> Result<Exit> {
                     if booted {
                         // Still down for the update: the FleetLock slot is kept until the
                         // node runs the previous deployment.
+                        if let Ok((node, _)) = &loaded {
+                            if let Err(e) = fleet::hold_through_this_boot(&node.state_dir) {
+                                tracing::warn!(
+                                    "keeping the FleetLock slot through the rollback: {e:#}"
+                                );
+                            }
+                        }
                         reboot::reboot(&target, "rebooting into the previous deployment")?;
                         return Ok(Exit::Failure);
                     }
@@ -411,17 +464,11 @@ async fn confirm(args: ConfirmArgs) -> Result<Exit> {
             Exit::Success
         }
     };
-    // Whatever the verdict, the node is up: it gives back any reboot slot it holds.
-    let (etc, config) = loaded?;
-    let budget = Duration::from_secs(args.retry_timeout);
-    fleet::steady_state(&config.strategy, &etc, budget).await?;
+    // A configuration that does not load fails the unit, after the verdict. The slot a
+    // FleetLock granted is given back by pivot-steady-state.service, which kubelet does not
+    // wait for.
+    loaded?;
     Ok(exit)
-}
-
-fn system_config(sysroot: &std::path::Path) -> Result<(PathBuf, Config)> {
-    let etc = run::system_etc(sysroot)?;
-    let config = Config::load(&etc)?;
-    Ok((etc, config))
 }
 
 async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
@@ -471,11 +518,19 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             );
         }
         if report.booted {
-            fleet::reboot(&report.strategy, &report.etc, &report.target).await?;
+            fleet::reboot(&report.strategy, &report.node, &report.target).await?;
         } else {
             tracing::warn!(
                 "not rebooting: {} is not the booted system",
                 opts.sysroot.display()
+            );
+        }
+    }
+    if !args.reboot && report.outcome == Outcome::Staged {
+        if let Strategy::FleetLock(lock) = &report.strategy {
+            tracing::info!(
+                "staged with its finalization locked (reboot strategy fleet_lock): `pivot finalize --reboot` takes a reboot slot from {} and reboots into it; a reboot before that keeps the current OS",
+                lock.base_url
             );
         }
     }

@@ -333,6 +333,21 @@ fn assert_bootloader(disk: &SavedDisk, firmware: Firmware, commits: &[&str]) -> 
 
 /// `ostree admin status` in the guest: `booted` runs and is the default (listed first, marked
 /// `*`), `rollback` is next, marked `(rollback)`.
+/// `commit` is staged with its finalization locked.
+fn assert_staged_locked(m: &mut Machine, commit: &str) -> Result<()> {
+    let list = facts::guest_status(m)?;
+    let staged = list["deployments"]
+        .as_array()
+        .and_then(|l| l.iter().find(|d| d["staged"] == true))
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        staged["checksum"] == commit && staged["finalization_locked"] == true,
+        "{commit} is not staged with finalization locked: {list}"
+    );
+    Ok(())
+}
+
 fn assert_admin_status(text: &str, booted: &str, rollback: &str) -> Result<()> {
     let entries: Vec<&str> = text
         .lines()
@@ -1204,12 +1219,18 @@ fn signed_first_boot() {
 /// once the other node frees it, pivot takes it and reboots into v2, where pivot-confirm gives it
 /// back (steady-state). Then an admin's `pivot rollback --reboot` boots v1 again, and the slot
 /// is given back at that boot too.
+/// The reboot strategy fleet_lock on UEFI + GRUB, against a server answering as
+/// poseidon/fleetlock: the node stages v2 locked and waits (another node holds the group's
+/// lease); an orderly reboot meanwhile keeps v1 and the update comes back staged; once the lease
+/// is free the server drains the node (found by zincati's id) and pivot unlocks, arming GRUB's
+/// boot-once, and reboots into v2; the server is down across that reboot, kubelet starts anyway,
+/// and the steady-state reaches it once it is back. Then `pivot rollback`.
 #[test]
 #[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn fleet_lock_first_boot_and_rollback() {
     scenario::run("fleet-lock", |s| {
         use pivot_testkit::FleetLockServer;
-        let fleet = FleetLockServer::start(1)?;
+        let fleet = FleetLockServer::poseidon()?;
         fleet.hold("default", "another-node");
         let config = format!(
             "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://{}{}/\"\n",
@@ -1225,7 +1246,7 @@ fn fleet_lock_first_boot_and_rollback() {
             ..
         } = start_forwarding(
             s,
-            Firmware::Bios,
+            Firmware::Uefi,
             push_v2,
             |v2| {
                 EtcEdits::default()
@@ -1237,67 +1258,111 @@ fn fleet_lock_first_boot_and_rollback() {
 
         let boot1 = m.wait_boot(m.scaled(100))?;
         let machine_id = m.sh("cat /etc/machine-id")?;
-        let id = pivot::fleet::machine_id::app_specific(
-            machine_id.trim(),
-            pivot::fleet::machine_id::APP_ID,
-        )?;
-        // Refused twice: the node waits, staged.
-        let deadline = std::time::Instant::now() + m.scaled(400);
+        // The cluster knows the node by the machine ID its kubelet reports.
+        fleet.add_node("worker-0", machine_id.trim());
+        let id = pivot_testkit::zincati_id(machine_id.trim()).context("the guest's machine ID")?;
         let refused = |fleet: &FleetLockServer| {
             fleet
                 .requests()
                 .iter()
-                .filter(|r| r.operation == "pre-reboot" && r.id == id && r.status == 409)
+                .filter(|r| r.operation == "pre-reboot" && r.id == id && r.status == 423)
                 .count()
         };
-        while refused(&fleet) < 2 {
-            ensure!(
-                std::time::Instant::now() < deadline,
-                "the node did not ask the FleetLock server for a slot: {:?}",
-                fleet.requests()
-            );
-            std::thread::sleep(std::time::Duration::from_secs(1));
-        }
+        let wait_refused = |fleet: &FleetLockServer, m: &Machine, n: usize| -> Result<()> {
+            let deadline = std::time::Instant::now() + m.scaled(400);
+            while refused(fleet) < n {
+                ensure!(
+                    std::time::Instant::now() < deadline,
+                    "the node did not ask the FleetLock server for a slot: {:?}",
+                    fleet.requests()
+                );
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            Ok(())
+        };
+        // Refused twice: the node waits, v2 staged and locked.
+        wait_refused(&fleet, &m, 2)?;
         ensure!(m.boot().id == boot1.id, "the node rebooted without a slot");
         assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
-        let list = facts::deployments(&facts::guest_status(&mut m)?)?;
-        let staged = one(&list, "staged", |d| d.staged)?;
-        ensure!(staged.checksum == v2.commit, "staged {staged:?} is not v2");
+        assert_staged_locked(&mut m, &v2.commit)?;
         let waiting = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
         ensure!(
             waiting.contains("waiting for a reboot slot")
-                && waiting.contains("semaphore currently full"),
+                && waiting.contains("held by another-node"),
             "pivot does not say why it waits:\n{waiting}"
         );
         m.sh("test ! -e /var/lib/kubelet-standin/starts || ! grep -q . /var/lib/kubelet-standin/starts")
             .context("kubelet started while pivot waited for the slot")?;
 
-        // The other node is done: pivot gets the slot and reboots into v2.
+        // An orderly reboot while waiting (kured, an admin): v1 again, v2 staged again, locked.
+        m.reboot(m.scaled(200))?;
+        assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        let before = refused(&fleet);
+        wait_refused(&fleet, &m, before + 1)?;
+        assert_staged_locked(&mut m, &v2.commit)?;
+        let again = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        ensure!(
+            again.contains("not counted as another attempt"),
+            "a reboot while waiting counted as an attempt at v2:\n{again}"
+        );
+
+        // The other node is done: the slot, the drain, the unlock, the reboot into v2 — with the
+        // server gone across the reboot.
         fleet.release("default", "another-node");
+        let deadline = std::time::Instant::now() + m.scaled(300);
+        let granted = |fleet: &FleetLockServer| {
+            fleet
+                .requests()
+                .iter()
+                .any(|r| r.operation == "pre-reboot" && r.id == id && r.status == 200)
+        };
+        while !granted(&fleet) {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "no slot granted: {:?}",
+                fleet.requests()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let down = fleet.down()?;
+        let drained = fleet.node("worker-0").context("the node")?;
+        ensure!(
+            drained.unschedulable && drained.drains >= 1,
+            "not drained: {drained:?}"
+        );
         m.wait_boot(m.scaled(300))
             .context("waiting for the reboot once the slot was free")?;
         m.base_checks()?;
         assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
-        let requests = fleet.requests();
-        let granted = requests
-            .iter()
-            .position(|r| r.operation == "pre-reboot" && r.id == id && r.status == 200)
-            .context("no granted pre-reboot")?;
+        // kubelet starts while the server is still away.
+        let boot = m.boot().id.clone();
+        m.sh(&format!(
+            "grep -q 'boot={boot}' /var/lib/kubelet-standin/starts"
+        ))
+        .context("kubelet did not start while the FleetLock server was down")?;
         ensure!(
-            requests[granted..]
-                .iter()
-                .any(|r| r.operation == "steady-state" && r.id == id && r.status == 200),
-            "no steady-state after the reboot: {requests:?}"
+            fleet.holders("default") == [id.as_str()],
+            "the slot was given back while the server was down?"
         );
+        drop(down);
+        let deadline = std::time::Instant::now() + m.scaled(60);
+        while !fleet.holders("default").is_empty() {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "no steady-state once the server was back: {:?}",
+                fleet.requests()
+            );
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
         ensure!(
-            fleet.holders("default").is_empty(),
-            "the slot is still held"
+            !fleet.node("worker-0").context("the node")?.unschedulable,
+            "the node is still cordoned"
         );
+        m.sh("test ! -e /var/lib/pivot/fleet-lock.json")
+            .context("the slot record outlived the steady-state")?;
 
-        // Rollback by hand: v1 boots again; the node says steady-state at that boot too.
-        let before = fleet.requests().len();
-        // Without --reboot it only changes the default (here twice, back to v2); with it, the
-        // node reboots into the rolled-back v1.
+        // Rollback by hand: without --reboot it only changes the default (here twice, back to
+        // v2); with it, the node reboots into the rolled-back v1 (no slot: it is going back).
         for expected in [&images.commits.v1, &v2.commit] {
             let out = m.run("pivot rollback", m.scaled(60))?;
             ensure!(
@@ -1335,17 +1400,11 @@ fn fleet_lock_first_boot_and_rollback() {
             "test -z \"$(systemctl list-jobs --no-legend)\" && test ! -e /run/pivot/reboot-needed",
         )
         .context("the rolled-back node is heading for another reboot")?;
-        ensure!(
-            fleet.requests()[before..]
-                .iter()
-                .any(|r| r.operation == "steady-state" && r.id == id),
-            "no steady-state at the boot after the rollback"
-        );
         m.poweroff()?;
         let disk = SavedDisk::open(&qcow2, &s.dir)?;
         assert_bootloader(
             &disk,
-            Firmware::Bios,
+            Firmware::Uefi,
             &[&images.commits.v1, &images.commits.v2],
         )?;
         Ok(())
@@ -1354,7 +1413,8 @@ fn fleet_lock_first_boot_and_rollback() {
 
 /// Staged but locked: an admin's `pivot --lock-finalization` stages v2 so that an unplanned
 /// reboot keeps v1; at that boot pivot-confirm stages v2 again, still locked, from the repo
-/// (libostree dropped it with /run); `pivot finalize --reboot` then boots v2.
+/// (libostree dropped it with /run); `pivot rollback` drops it with its lock; staged locked once
+/// more, `pivot finalize --reboot` then boots v2.
 #[test]
 #[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn locked_finalization() {
@@ -1375,16 +1435,7 @@ fn locked_finalization() {
         )?;
         ensure!(out.rc == 0, "pivot --lock-finalization:\n{}", out.text);
         let locked = |m: &mut Machine| -> Result<()> {
-            let list = facts::guest_status(m)?;
-            let staged = list["deployments"]
-                .as_array()
-                .and_then(|l| l.iter().find(|d| d["staged"] == true))
-                .cloned()
-                .unwrap_or_default();
-            ensure!(
-                staged["checksum"] == v2.commit.as_str() && staged["finalization_locked"] == true,
-                "v2 is not staged with finalization locked: {list}"
-            );
+            assert_staged_locked(m, &v2.commit)?;
             m.sh("test -e /run/ostree/staged-deployment-locked && test ! -e /run/pivot/reboot-needed")?;
             Ok(())
         };
@@ -1405,6 +1456,25 @@ fn locked_finalization() {
             registry.count_requests("GET", "/blobs/") == blobs,
             "staging again fetched from the registry"
         );
+
+        // `pivot rollback` drops the update, and its finalization lock with it: a lock left in
+        // /run would keep anything staged later in this boot from being written at shutdown.
+        let out = m.run("pivot rollback", m.scaled(60))?;
+        ensure!(out.rc == 0, "pivot rollback:\n{}", out.text);
+        m.sh("test ! -e /run/ostree/staged-deployment-locked")
+            .context("pivot rollback left the finalization lock behind")?;
+        let list = facts::deployments(&facts::guest_status(&mut m)?)?;
+        ensure!(!list.iter().any(|d| d.staged), "still staged: {list:?}");
+        let out = m.run(
+            &format!("pivot --lock-finalization {}", v2.guest_by_tag()),
+            m.scaled(300),
+        )?;
+        ensure!(
+            out.rc == 0,
+            "pivot --lock-finalization again:\n{}",
+            out.text
+        );
+        locked(&mut m)?;
 
         // Finalized: the reboot applies it.
         m.reboot_by("pivot finalize --reboot", m.scaled(200))

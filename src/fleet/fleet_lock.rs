@@ -1,9 +1,18 @@
 //! A FleetLock client, as zincati speaks the protocol (zincati's
 //! `docs/development/fleetlock/protocol.md`): `POST <base>/v1/pre-reboot` to take a reboot slot
 //! before rebooting, `POST <base>/v1/steady-state` to give it back once the node is up again;
-//! header `fleet-lock-protocol: true`, body `{"client_params": {"id", "group"}}`. 200 is yes;
-//! anything else is no, with the server's `{"kind", "value"}` error when it sends one. Both
-//! operations are recursive on the server, so repeating either is harmless.
+//! header `fleet-lock-protocol: true`, body `{"client_params": {"id", "group"}}`. Any 2xx is
+//! yes, as zincati takes it (poseidon/fleetlock answers 200 with text, airlock with nothing);
+//! anything else is no, with the server's `{"kind", "value"}` error when it sends one (airlock
+//! sends it as `text/plain`, so the body is parsed whatever its type). Both operations are
+//! recursive on the server, so repeating either is harmless.
+//!
+//! A no is one of two kinds ([`Answer::is_final`]). *Not now*: the lock is held (poseidon's
+//! `423 lock_held`, for steady-state too while another node holds its group's lease; airlock's
+//! `500 failed_lock` when all slots are taken), the server is busy or failing (408, 429, 5xx) —
+//! asked again after a while. *Never*: any other 4xx (a malformed request, airlock's
+//! `400 unknown_group`, a base URL that names no FleetLock endpoint: 404, 405), which asking
+//! again cannot change.
 
 use std::time::Duration;
 
@@ -13,7 +22,8 @@ use serde::Deserialize;
 use super::config::FleetLock;
 
 /// How long one request may take: a server that hangs is retried like one that is down.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// poseidon/fleetlock cordons the node and evicts its pods before it answers a pre-reboot.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct Client {
     http: reqwest::Client,
@@ -28,7 +38,8 @@ pub enum Answer {
     Granted,
     Refused {
         status: u16,
-        /// The error's `kind` (e.g. `failed_lock_semaphore_full`), if the body had one.
+        /// The error's `kind` (e.g. poseidon's `lock_held`, airlock's `failed_lock`), if the body
+    /// had one.
         kind: Option<String>,
         /// The error's `value`, else the body's text.
         why: String,
@@ -79,7 +90,7 @@ impl Client {
             .map_err(|e| anyhow::anyhow!("{}", crate::fetch::retry::describe(&e)))
             .with_context(|| format!("POST {url}"))?;
         let status = response.status().as_u16();
-        if status == 200 {
+        if response.status().is_success() {
             return Ok(Answer::Granted);
         }
         let text = response.text().await.unwrap_or_default();
@@ -95,6 +106,18 @@ impl Client {
                 why: text.chars().take(200).collect::<String>().trim().to_string(),
             },
         })
+    }
+}
+
+impl Answer {
+    /// A refusal that asking again cannot change (see the module docs).
+    pub fn is_final(&self) -> bool {
+        match self {
+            Answer::Granted => false,
+            Answer::Refused { status, .. } => {
+                (400..500).contains(status) && !matches!(status, 408 | 423 | 429)
+            }
+        }
     }
 }
 

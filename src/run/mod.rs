@@ -85,8 +85,8 @@ pub struct Report {
     pub target: Target,
     /// How the node reboots into what this run staged (`/etc/pivot/config.d`).
     pub strategy: crate::fleet::config::Strategy,
-    /// The system's /etc (where the machine ID is, for the FleetLock id).
-    pub etc: PathBuf,
+    /// The node, for the reboot.
+    pub node: crate::fleet::Node,
 }
 
 impl Options {
@@ -122,6 +122,22 @@ pub fn system_etc(sysroot: &Path) -> Result<PathBuf> {
     Ok(Local::inspect(sysroot, None)?.etc)
 }
 
+/// The node on `sysroot` as its fleet sees it, and its configuration (`/etc/pivot/config.d`).
+pub fn fleet_node(sysroot: &Path) -> Result<(crate::fleet::Node, crate::fleet::config::Config)> {
+    let local = Local::inspect(sysroot, None)?;
+    let config = crate::fleet::config::Config::load(&local.etc)?;
+    Ok((node_of(sysroot, &local), config))
+}
+
+fn node_of(sysroot: &Path, local: &Local) -> crate::fleet::Node {
+    let state = StateFile::for_stateroot(sysroot, &local.stateroot);
+    crate::fleet::Node {
+        etc: local.etc.clone(),
+        sysroot: sysroot.to_path_buf(),
+        state_dir: state.path().parent().expect("a parent").to_path_buf(),
+    }
+}
+
 /// Runs one pivot and records its outcome in the state file.
 pub async fn run(opts: &Options) -> Result<Report> {
     let local = {
@@ -130,6 +146,25 @@ pub async fn run(opts: &Options) -> Result<Report> {
     };
     // Read first: a mistake in it fails the run before anything is pulled.
     let config = crate::fleet::config::Config::load(&local.etc)?;
+    // With a FleetLock, an update waits for its slot staged locked, as zincati stages it: a
+    // reboot before the slot is granted (kured, an admin, the MCO) must not apply it.
+    let fleet_locked = matches!(
+        config.strategy,
+        crate::fleet::config::Strategy::FleetLock(_)
+    ) && local.booted
+        && !opts.check
+        && !opts.download_only;
+    let locked_opts;
+    let opts = match fleet_locked && !opts.lock_finalization {
+        true => {
+            locked_opts = Options {
+                lock_finalization: true,
+                ..opts.clone()
+            };
+            &locked_opts
+        }
+        false => opts,
+    };
     ensure!(
         !opts.lock_finalization || local.booted,
         "--lock-finalization needs the booted system: on {}, which is not booted, the deployment is written, not staged",
@@ -175,6 +210,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
         unrecorded: None,
         found: None,
         held: false,
+        fleet_locked,
     };
     let result = run.pivot().await;
     run.attempt.outcome = match &result {
@@ -223,11 +259,27 @@ pub async fn run(opts: &Options) -> Result<Report> {
             booted: local.booted,
             target: run.target,
             strategy: config.strategy,
-            etc: local.etc.clone(),
+            node: node_of(&opts.sysroot, &local),
         }),
         Err(e) => Err(Reported(e).into()),
     }
 }
+
+/// The pullspec file is the first boot's: a whole pool boots at once and would reach its
+/// registry in the same second, which rate-limits exactly that. The first request waits a
+/// moment chosen at random, so the pool arrives spread over [`SPREAD`]; at a boot that takes
+/// minutes, a few seconds are not noticed.
+async fn spread_first_request() {
+    let wait = SPREAD.mul_f64(crate::fetch::retry::jitter());
+    tracing::debug!(
+        "waiting {:.1} s before the first request (a pool booting at once is spread)",
+        wait.as_secs_f64()
+    );
+    tokio::time::sleep(wait).await;
+}
+
+/// Over how long the first requests of a pool booting at once are spread.
+const SPREAD: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn read_pullspec_file(etc: &Path) -> Result<String> {
     let path = etc.join(PULLSPEC_FILE);
@@ -263,6 +315,8 @@ struct Run<'a> {
     found: Option<state::CachedUpdate>,
     /// The target is held after a rollback: nothing was attempted.
     held: bool,
+    /// Staged locked for the FleetLock strategy, which unlocks it once the slot is granted.
+    fleet_locked: bool,
 }
 
 impl Run<'_> {
@@ -328,6 +382,9 @@ impl Run<'_> {
         }
         let what = self.image.to_string();
         self.opts.progress.step(Step::Pulling);
+        if self.source == Source::File {
+            spread_first_request().await;
+        }
         let (source, resolved) = source::open(&self.image, &self.opts.access)
             .await
             .with_context(|| format!("pulling {what}"))?;
@@ -485,6 +542,18 @@ impl Run<'_> {
             }
             return Ok(Outcome::Unchanged);
         }
+        if hit.finalization_locked && self.fleet_locked {
+            events::info(
+                events::UNCHANGED,
+                &self.target,
+                &format!(
+                    "target {} is staged with finalization locked until the FleetLock server grants a reboot slot",
+                    self.image
+                ),
+            );
+            self.reboot_pending = self.local.booted;
+            return Ok(Outcome::Unchanged);
+        }
         if hit.finalization_locked {
             // A reboot would not apply it: rebooting for it would only loop.
             events::info(
@@ -525,6 +594,21 @@ impl Run<'_> {
 
     /// Counts a pullspec-file run that starts without the node on its target.
     fn count_attempt(&mut self) -> Result<()> {
+        // A locked deployment never boots before its unlock, so reboots while it waits (for a
+        // FleetLock slot, or `pivot finalize`) are no attempts at it: counting them would give
+        // up on a target that never failed. Unlocking records the attempt unlocked.
+        if self
+            .state
+            .last
+            .as_ref()
+            .is_some_and(|l| l.locked && l.outcome.made_deployment())
+        {
+            tracing::info!(
+                "{} waits staged with finalization locked: not counted as another attempt",
+                self.image
+            );
+            return Ok(());
+        }
         if self.state.attempts >= MAX_ATTEMPTS {
             let last = self
                 .state

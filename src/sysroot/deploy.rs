@@ -210,7 +210,11 @@ pub fn deploy(
             let _ = std::fs::remove_file(STAGED_LOCKED);
         }
         let staged = staged.context("staging the deployment")?;
-        arm_boot_once(sysroot);
+        // A locked deployment cannot boot before its unlock, which arms it then
+        // ([`crate::sysroot::finalize`]).
+        if !lock {
+            arm_boot_once(sysroot);
+        }
         staged
     } else {
         let new = sysroot
@@ -246,7 +250,7 @@ pub fn deploy(
 /// On GRUB, the staged deployment boots once until `pivot confirm` keeps it
 /// ([`crate::sysroot::grubenv`]). The deployment is staged either way: a block that cannot be
 /// written costs the fallback, not the update.
-fn arm_boot_once(sysroot: &ostree::Sysroot) {
+pub(crate) fn arm_boot_once(sysroot: &ostree::Sysroot) {
     let Some(root) = ostree::gio::prelude::FileExt::path(&sysroot.path()) else {
         return;
     };

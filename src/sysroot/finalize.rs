@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::sysroot::deployments::{self, STAGED_LOCKED};
 
@@ -12,22 +12,29 @@ use crate::sysroot::deployments::{self, STAGED_LOCKED};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unlocked {
     pub commit: String,
+    pub stateroot: String,
     /// Whether it was locked (else there was nothing to unlock).
     pub was_locked: bool,
 }
 
-pub fn unlock(sysroot_path: &Path) -> Result<Unlocked> {
+/// Unlocks the staged deployment, if one is staged; the GRUB boot-once is armed with the
+/// unlock, since only now can the next reboot start it ([`crate::sysroot::grubenv`]).
+pub fn unlock_staged(sysroot_path: &Path) -> Result<Option<Unlocked>> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
     let Some(staged) = sysroot.staged_deployment() else {
-        bail!("no deployment is staged: there is nothing to finalize");
+        return Ok(None);
     };
     let was_locked = match std::fs::remove_file(STAGED_LOCKED) {
         Ok(()) => true,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
         Err(e) => return Err(e).with_context(|| format!("removing {STAGED_LOCKED}")),
     };
-    Ok(Unlocked {
+    if was_locked {
+        crate::sysroot::deploy::arm_boot_once(&sysroot);
+    }
+    Ok(Some(Unlocked {
         commit: staged.csum().to_string(),
+        stateroot: staged.osname().to_string(),
         was_locked,
-    })
+    }))
 }

@@ -117,6 +117,18 @@ pub fn rollback(sysroot: &ostree::Sysroot) -> Result<RolledBack> {
                 describe(&deployments)
             )
         })?;
+    // The finalization lock of the staged deployment just dropped would otherwise outlive it
+    // and keep a deployment staged later in this boot from ever being written.
+    if booted.is_some() && slots.iter().any(|s| s.staged) {
+        match std::fs::remove_file(crate::sysroot::deployments::STAGED_LOCKED) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| {
+                    format!("removing {}", crate::sysroot::deployments::STAGED_LOCKED)
+                })
+            }
+            _ => {}
+        }
+    }
     let root = sysroot.path().path().unwrap_or_default();
     let to_etc = root
         .join(sysroot.deployment_dirpath(&deployments[to]).as_str())

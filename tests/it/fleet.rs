@@ -1,13 +1,16 @@
 //! Fleets: the reboot strategy from `/etc/pivot/config.d`, and pivot's FleetLock client against
-//! the test kit's server, which follows the published protocol. The reboot itself (waiting for
-//! a slot, rebooting, giving it back at the next boot) is proven in the VM suite.
+//! the test kit's servers, which answer as airlock and poseidon/fleetlock do (see the test kit's
+//! `fleet_lock.rs` for where in their source). The reboot itself (staged locked, waiting for a
+//! slot, rebooting, giving it back at the next boot beside kubelet) is proven in the VM suite.
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 use pivot::fleet::config::FleetLock;
 use pivot::fleet::fleet_lock::{Answer, Client};
 use pivot::fleet::machine_id;
+use pivot::fleet::slot::{Records, Slot, RECORD};
 use pivot_testkit::FleetLockServer;
 
 fn lock(server: &FleetLockServer, group: &str) -> FleetLock {
@@ -25,8 +28,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 #[test]
-fn the_client_takes_and_gives_back_slots_as_the_protocol_says() {
-    let server = FleetLockServer::start(1).unwrap();
+fn the_client_takes_and_gives_back_slots_as_airlock_answers() {
+    let server = FleetLockServer::airlock(&[("workers", 1), ("canary", 1)]).unwrap();
     let rt = runtime();
     let a = Client::new(&lock(&server, "workers"), "node-a".into()).unwrap();
     let b = Client::new(&lock(&server, "workers"), "node-b".into()).unwrap();
@@ -35,19 +38,24 @@ fn the_client_takes_and_gives_back_slots_as_the_protocol_says() {
     assert_eq!(rt.block_on(a.pre_reboot()).unwrap(), Answer::Granted);
     // Recursive: asking again while holding it is granted again.
     assert_eq!(rt.block_on(a.pre_reboot()).unwrap(), Answer::Granted);
+    // A full semaphore is airlock's 500 failed_lock: not now, ask again later.
     let refused = rt.block_on(b.pre_reboot()).unwrap();
     match &refused {
         Answer::Refused {
-            status: 409,
+            status: 500,
             kind: Some(kind),
             why,
         } => {
-            assert_eq!(kind, "failed_lock_semaphore_full");
-            assert!(why.contains("semaphore currently full"), "{why}");
+            assert_eq!(kind, "failed_lock");
+            assert!(
+                why.contains("all 1 semaphore slots currently locked"),
+                "{why}"
+            );
         }
         other => panic!("expected a full semaphore, got {other:?}"),
     }
-    assert!(refused.to_string().contains("HTTP 409"), "{refused}");
+    assert!(!refused.is_final());
+    assert!(refused.to_string().contains("HTTP 500"), "{refused}");
     // Groups are separate semaphores.
     assert_eq!(rt.block_on(canary.pre_reboot()).unwrap(), Answer::Granted);
     assert_eq!(server.holders("workers"), ["node-a"]);
@@ -59,10 +67,19 @@ fn the_client_takes_and_gives_back_slots_as_the_protocol_says() {
     assert_eq!(rt.block_on(b.pre_reboot()).unwrap(), Answer::Granted);
     assert_eq!(server.holders("workers"), ["node-b"]);
 
+    // A group airlock is not configured for is a refusal for good.
+    let stray = Client::new(&lock(&server, "nobody"), "node-d".into()).unwrap();
+    let unknown = rt.block_on(stray.pre_reboot()).unwrap();
+    assert!(unknown.is_final(), "{unknown}");
+    assert!(unknown.to_string().contains("unknown group"), "{unknown}");
+
     // Every request carried the header and body the server requires (it answers 400 without).
     let requests = server.requests();
-    assert_eq!(requests.len(), 7);
-    assert!(requests.iter().all(|r| r.status != 400), "{requests:#?}");
+    assert_eq!(requests.len(), 8);
+    assert!(
+        requests[..7].iter().all(|r| r.status != 400),
+        "{requests:#?}"
+    );
 }
 
 #[test]
@@ -116,49 +133,6 @@ fn drop_in(env: &Env, name: &str, text: &str) {
 }
 
 #[test]
-fn confirm_gives_the_nodes_slot_back_at_every_boot() {
-    let env = Env::new();
-    let server = FleetLockServer::start(1).unwrap();
-    let machine = "0123456789abcdef0123456789abcdef";
-    std::fs::write(env.default_etc().join("machine-id"), format!("{machine}\n")).unwrap();
-    drop_in(
-        &env,
-        "50-fleet.toml",
-        &format!(
-            "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"{}/\"\ngroup = \"workers\"\n",
-            server.base_url()
-        ),
-    );
-    let id = machine_id::app_specific(machine, machine_id::APP_ID).unwrap();
-    server.hold("workers", &id);
-
-    assert_success(&env.subcommand("confirm", &[]));
-    assert_eq!(server.holders("workers"), Vec::<String>::new());
-    let requests = server.requests();
-    assert_eq!(requests.len(), 1, "{requests:#?}");
-    assert_eq!(requests[0].operation, "steady-state");
-    assert_eq!(
-        (requests[0].id.as_str(), requests[0].group.as_str()),
-        (id.as_str(), "workers")
-    );
-
-    // A server that answers otherwise is retried, then named in the failure.
-    drop_in(
-        &env,
-        "90-local.toml",
-        "[reboot.fleet_lock]\nbase_url = \"http://127.0.0.1:9/fleetlock\"\n",
-    );
-    let out = env.subcommand("confirm", &["--retry-timeout", "3"]);
-    assert_fails_with(
-        &out,
-        &[
-            "could not report steady state to the FleetLock server http://127.0.0.1:9/fleetlock",
-            "within 3 s",
-        ],
-    );
-}
-
-#[test]
 fn a_mistake_in_the_configuration_fails_the_pivot_before_anything_is_pulled() {
     let env = Env::new();
     let v2 = env.push_v2();
@@ -190,8 +164,219 @@ fn a_mistake_in_the_configuration_fails_the_pivot_before_anything_is_pulled() {
     assert_eq!(env.deployed_images()[0], v2.commit);
 }
 
-/// `pivot-confirm.service` reads the proxy files `pivot.service` reads, and `pivot confirm` gives
-/// the slot back through the proxy the environment names (a real tinyproxy), as the pull goes.
+const MACHINE: &str = "0123456789abcdef0123456789abcdef";
+
+/// A node on `env` whose machine ID is [`MACHINE`] and whose reboot strategy is `fleet_lock` at
+/// `server`, group `group`.
+fn fleet_node(env: &Env, server: &FleetLockServer, group: &str) -> pivot::fleet::Node {
+    std::fs::write(env.default_etc().join("machine-id"), format!("{MACHINE}\n")).unwrap();
+    drop_in(
+        env,
+        "50-fleet.toml",
+        &format!(
+            "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"{}/\"\ngroup = \"{group}\"\n",
+            server.base_url()
+        ),
+    );
+    pivot::run::fleet_node(&env.sysroot.path).unwrap().0
+}
+
+/// The record pivot writes when it asks `lock` for a slot for `id`, as an earlier boot left it.
+fn recorded_in_an_earlier_boot(node: &pivot::fleet::Node, lock: &FleetLock, id: &str) {
+    let records = Records::lock(&node.state_dir).unwrap();
+    records
+        .write(&Slot::new(lock, id, "an-earlier-boot"))
+        .unwrap();
+}
+
+/// The node reboots: the record of the slot it took now comes from an earlier boot. (The test
+/// process cannot reboot; the record's boot id is what says which boot asked.)
+fn reboot(node: &pivot::fleet::Node) {
+    let records = Records::lock(&node.state_dir).unwrap();
+    let mut slot: Slot = records.read().unwrap().expect("a slot was recorded");
+    slot.boot_id = "an-earlier-boot".into();
+    records.write(&slot).unwrap();
+}
+
+/// The whole cycle against poseidon/fleetlock: pivot takes the group's lease under zincati's id
+/// (the server finds the Kubernetes node by it and drains it), the node reboots, and `pivot
+/// steady-state` gives the lease back and uncordons the node: the next node can go.
+#[test]
+fn the_poseidon_group_is_free_again_after_the_nodes_reboot() {
+    let env = Env::new();
+    let server = FleetLockServer::poseidon().unwrap();
+    server.add_node("worker-0", MACHINE);
+    let node = fleet_node(&env, &server, "workers");
+    let id = pivot_testkit::zincati_id(MACHINE).unwrap();
+
+    let lock = lock(&server, "workers");
+    runtime()
+        .block_on(pivot::fleet::take_slot(&lock, &node))
+        .unwrap();
+    assert_eq!(server.holders("workers"), [id.as_str()]);
+    let drained = server.node("worker-0").unwrap();
+    assert!(drained.unschedulable && drained.drains == 1, "{drained:?}");
+    // Not yet rebooted: nothing is given back.
+    let out = env.subcommand("steady-state", &[]);
+    assert_success(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("asked for in this boot"));
+    assert_eq!(server.holders("workers"), [id.as_str()]);
+
+    reboot(&node);
+    let out = env.subcommand("steady-state", &[]);
+    assert_success(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains(&format!("gave the reboot slot of {id} back")),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(server.holders("workers").is_empty());
+    assert!(!server.node("worker-0").unwrap().unschedulable);
+    assert!(!node.state_dir.join(RECORD).exists());
+    // The next node of the group gets the lease.
+    let next = Client::new(&lock, "another-node".into()).unwrap();
+    assert_eq!(
+        runtime().block_on(next.pre_reboot()).unwrap(),
+        Answer::Granted
+    );
+
+    // Nothing recorded, nothing asked.
+    let asked = server.requests().len();
+    assert_success(&env.subcommand("steady-state", &[]));
+    assert_eq!(server.requests().len(), asked);
+}
+
+/// poseidon/fleetlock answers `423 lock_held` to a steady-state while another node holds the
+/// group's lease: not a failure but a wait, until that node is done.
+#[test]
+fn steady_state_waits_out_another_nodes_poseidon_lease() {
+    let env = Env::new();
+    let server = FleetLockServer::poseidon().unwrap();
+    server.add_node("worker-0", MACHINE);
+    let node = fleet_node(&env, &server, "workers");
+    let id = pivot_testkit::zincati_id(MACHINE).unwrap();
+    recorded_in_an_earlier_boot(&node, &lock(&server, "workers"), &id);
+    server.hold("workers", "another-node");
+    let mut child = env.spawn_subcommand("steady-state");
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "steady-state gave up on a 423"
+    );
+    server.release("workers", "another-node");
+    let status = wait_for(&mut child, Duration::from_secs(40));
+    assert!(status.success());
+    let answers: Vec<u16> = server.requests().iter().map(|r| r.status).collect();
+    assert!(
+        answers.starts_with(&[423]) && answers.ends_with(&[200]),
+        "{answers:?}"
+    );
+}
+
+/// A server that is down for minutes after the reboot still gets the node's steady-state once
+/// it is back (within the longest wait between tries); nothing else waits for it (kubelet's
+/// side of that is in the VM suite's fleet scenario).
+#[test]
+fn a_server_down_for_minutes_gets_its_steady_state_once_back() {
+    let env = Env::new();
+    let server = FleetLockServer::airlock(&[("workers", 1)]).unwrap();
+    let node = fleet_node(&env, &server, "workers");
+    let id = pivot_testkit::zincati_id(MACHINE).unwrap();
+    server.hold("workers", &id);
+    recorded_in_an_earlier_boot(&node, &lock(&server, "workers"), &id);
+
+    let down = Duration::from_secs(125);
+    server.down_for(down).unwrap();
+    let started = Instant::now();
+    let mut child = env.spawn_subcommand("steady-state");
+    let status = wait_for(&mut child, down + Duration::from_secs(60));
+    let took = started.elapsed();
+    assert!(status.success());
+    assert!(
+        took >= down,
+        "done after {took:?}, while the server was down"
+    );
+    // Back within the longest wait between tries (30 s) of the server's return.
+    assert!(took < down + Duration::from_secs(35), "took {took:?}");
+    assert!(server.holders("workers").is_empty());
+    assert!(!node.state_dir.join(RECORD).exists());
+}
+
+/// A refusal asking again cannot change (here airlock's `400 unknown_group`) fails at once with
+/// the server's message, and the record stays for the next try.
+#[test]
+fn a_final_refusal_fails_at_once_with_the_servers_message() {
+    let env = Env::new();
+    let server = FleetLockServer::airlock(&[("workers", 1)]).unwrap();
+    let node = fleet_node(&env, &server, "wrokers");
+    let id = pivot_testkit::zincati_id(MACHINE).unwrap();
+    recorded_in_an_earlier_boot(&node, &lock(&server, "wrokers"), &id);
+    let started = Instant::now();
+    let out = env.subcommand("steady-state", &[]);
+    assert_fails_with(&out, &["unknown group \"wrokers\"", "HTTP 400"]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(server.requests().len(), 1);
+    assert!(node.state_dir.join(RECORD).exists());
+
+    // Taking a slot from that group fails the same way, at once.
+    std::fs::remove_file(node.state_dir.join(RECORD)).unwrap();
+    let err = runtime()
+        .block_on(pivot::fleet::take_slot(&lock(&server, "wrokers"), &node))
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("unknown group"), "{err:#}");
+}
+
+/// `pivot confirm` no longer talks to the FleetLock server: it runs before kubelet, and giving
+/// the slot back may take as long as the server is away.
+#[test]
+fn confirm_leaves_the_slot_to_steady_state() {
+    let env = Env::new();
+    let server = FleetLockServer::start(1).unwrap();
+    let node = fleet_node(&env, &server, "default");
+    let id = pivot_testkit::zincati_id(MACHINE).unwrap();
+    recorded_in_an_earlier_boot(&node, &lock(&server, "default"), &id);
+    assert_success(&env.subcommand("confirm", &[]));
+    assert!(server.requests().is_empty(), "{:?}", server.requests());
+
+    let unit = |name: &str| {
+        std::fs::read_to_string(format!("{}/systemd/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    };
+    let steady = unit("pivot-steady-state.service");
+    for line in [
+        "Type=exec",
+        "After=network-online.target pivot-confirm.service",
+        "ConditionPathExists=/var/lib/pivot/fleet-lock.json",
+        "ExecStart=/usr/bin/pivot steady-state",
+    ] {
+        assert!(
+            steady.lines().any(|l| l == line),
+            "{line} missing:\n{steady}"
+        );
+    }
+    assert!(
+        !steady.contains("Before="),
+        "nothing may wait for it:\n{steady}"
+    );
+}
+
+fn wait_for(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `pivot-steady-state.service` reads the proxy files `pivot.service` reads, and `pivot
+/// steady-state` gives the slot back through the proxy the environment names (a real
+/// tinyproxy), as the pull goes.
 #[test]
 fn the_slot_is_given_back_through_the_proxy_the_units_name() {
     let environment_files = |unit: &str| -> Vec<String> {
@@ -203,31 +388,26 @@ fn the_slot_is_given_back_through_the_proxy_the_units_name() {
             .map(str::to_string)
             .collect()
     };
-    let confirm = environment_files("pivot-confirm.service");
-    assert_eq!(confirm, environment_files("pivot.service"));
+    let steady = environment_files("pivot-steady-state.service");
+    assert_eq!(steady, environment_files("pivot.service"));
     assert!(
-        confirm
+        steady
             .iter()
             .any(|l| l == "EnvironmentFile=-/etc/mco/proxy.env"),
-        "{confirm:?}"
+        "{steady:?}"
     );
 
     let env = Env::new();
     let server = FleetLockServer::start(1).unwrap();
     let proxy = pivot_testkit::Tinyproxy::start().unwrap();
-    let machine = "0123456789abcdef0123456789abcdef";
-    std::fs::write(env.default_etc().join("machine-id"), format!("{machine}\n")).unwrap();
-    drop_in(
-        &env,
-        "50-fleet.toml",
-        &format!(
-            "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"{}/\"\n",
-            server.base_url()
-        ),
-    );
-    let out = env.subcommand_with_env("confirm", &[], &[("HTTP_PROXY", &proxy.url())]);
+    let node = fleet_node(&env, &server, "default");
+    let id = pivot_testkit::zincati_id(MACHINE).unwrap();
+    server.hold("default", &id);
+    recorded_in_an_earlier_boot(&node, &lock(&server, "default"), &id);
+    let out = env.subcommand_with_env("steady-state", &[], &[("HTTP_PROXY", &proxy.url())]);
     assert_success(&out);
     assert_eq!(server.requests().len(), 1);
+    assert!(server.holders("default").is_empty());
     let base = server.base_url();
     let host = base
         .trim_start_matches("http://")
@@ -241,4 +421,18 @@ fn the_slot_is_given_back_through_the_proxy_the_units_name() {
         "steady-state did not go through the proxy: {carried:?}\n{}",
         proxy.log()
     );
+}
+
+/// `pivot finalize --reboot` with nothing staged asks no server for a slot it would not use.
+#[test]
+fn finalize_with_nothing_staged_takes_no_slot() {
+    let env = Env::new();
+    let server = FleetLockServer::start(1).unwrap();
+    let node = fleet_node(&env, &server, "default");
+    assert_fails_with(
+        &env.subcommand("finalize", &["--reboot"]),
+        &["no deployment is staged"],
+    );
+    assert!(server.requests().is_empty(), "{:?}", server.requests());
+    assert!(!node.state_dir.join(RECORD).exists());
 }

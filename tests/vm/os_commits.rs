@@ -45,6 +45,11 @@ fn guest_files() -> Vec<(&'static str, u32, &'static [u8])> {
             include_bytes!("../../systemd/pivot-confirm.service"),
         ),
         (
+            "usr/lib/systemd/system/pivot-steady-state.service",
+            0o644,
+            include_bytes!("../../systemd/pivot-steady-state.service"),
+        ),
+        (
             "usr/lib/systemd/system/kubelet.service",
             0o644,
             include_bytes!("guest/kubelet.service"),
@@ -96,6 +101,7 @@ pub const V2_ETC_DEFAULT: &str = "default of v2\n";
 const ENABLED: &[(&str, &str)] = &[
     ("multi-user.target.wants", "pivot.service"),
     ("multi-user.target.wants", "pivot-confirm.service"),
+    ("multi-user.target.wants", "pivot-steady-state.service"),
     ("multi-user.target.wants", "kubelet.service"),
     ("multi-user.target.wants", "pivot-vm-agent.service"),
     ("multi-user.target.wants", "systemd-networkd.service"),

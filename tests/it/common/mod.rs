@@ -111,6 +111,17 @@ impl Env {
         self.run(cmd)
     }
 
+    /// Starts `pivot <subcommand> --sysroot <this sysroot>` without waiting for it.
+    pub fn spawn_subcommand(&self, subcommand: &str) -> std::process::Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pivot"));
+        cmd.arg(subcommand).arg("--sysroot").arg(&self.sysroot.path);
+        self.prepare(&mut cmd);
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting pivot")
+    }
+
     /// [`Env::subcommand`] with extra environment variables (a proxy, say).
     pub fn subcommand_with_env(
         &self,

@@ -145,6 +145,7 @@ pub(crate) fn reason(status: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         409 => "Conflict",
+        423 => "Locked",
         429 => "Too Many Requests",
         500 => "Internal Server Error",
         502 => "Bad Gateway",

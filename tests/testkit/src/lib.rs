@@ -23,6 +23,7 @@ mod raw;
 mod registry;
 mod registry_config;
 mod serve;
+pub use serve::Resumer;
 mod sysroot;
 mod tinyproxy;
 mod tls;
@@ -35,7 +36,10 @@ pub use commit::{commit_tree, sign_commit, CommitSigner, COMMIT_TIME};
 pub use cosign::{attach_annotated, attach_signatures, cosign_payload, ec_key_pair, openssl_sign};
 pub use ext_fixtures::{encapsulate, ext_fixtures_tool, ext_judge, skopeo_push};
 pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
-pub use fleet_lock::{FleetLockServer, LockRequest, BASE_PATH as FLEET_LOCK_BASE_PATH};
+pub use fleet_lock::{
+    zincati_id, Flavour as FleetLockFlavour, FleetLockServer, LockRequest, Node as ClusterNode,
+    BASE_PATH as FLEET_LOCK_BASE_PATH,
+};
 pub use oscontainer::{
     push_oscontainer, CommitLabel, Compression, ImageSpec, ManifestFormat, PushedImage,
     COMMIT_LABEL, DECOY_COMMIT,

@@ -9,10 +9,21 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+/// When a paused listener listens again.
+enum Resume {
+    After(Duration),
+    /// When the sender is used or dropped.
+    When(oneshot::Receiver<()>),
+}
+
+/// Ends a pause of a test server (e.g. `FleetLockServer::down`): the listener listens again
+/// when this is dropped.
+pub struct Resumer(#[allow(dead_code)] oneshot::Sender<()>);
+
 pub(crate) struct Server {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
-    pause: mpsc::UnboundedSender<(Duration, oneshot::Sender<()>)>,
+    pause: mpsc::UnboundedSender<(Resume, oneshot::Sender<()>)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -64,9 +75,20 @@ impl Server {
     /// refused, then listens on the same address again. Returns once closed;
     /// connections already accepted carry on.
     pub fn refuse_for(&self, duration: Duration) -> Result<()> {
+        self.pause_with(Resume::After(duration))
+    }
+
+    /// Closes the listening socket until the [`Resumer`] is dropped.
+    pub fn refuse_until_resumed(&self) -> Result<Resumer> {
+        let (tx, rx) = oneshot::channel();
+        self.pause_with(Resume::When(rx))?;
+        Ok(Resumer(tx))
+    }
+
+    fn pause_with(&self, resume: Resume) -> Result<()> {
         let (ack_tx, ack_rx) = oneshot::channel();
         self.pause
-            .send((duration, ack_tx))
+            .send((resume, ack_tx))
             .map_err(|_| anyhow::anyhow!("server thread is gone"))?;
         ack_rx
             .blocking_recv()
@@ -81,7 +103,7 @@ impl Server {
 async fn accept_loop<H, F>(
     listener: std::net::TcpListener,
     addr: SocketAddr,
-    mut pause: mpsc::UnboundedReceiver<(Duration, oneshot::Sender<()>)>,
+    mut pause: mpsc::UnboundedReceiver<(Resume, oneshot::Sender<()>)>,
     handler: H,
 ) -> Result<()>
 where
@@ -95,10 +117,15 @@ where
                 let (stream, _) = accepted.context("accepting")?;
                 tokio::spawn(handler(stream));
             }
-            Some((duration, ack)) = pause.recv() => {
+            Some((resume, ack)) = pause.recv() => {
                 drop(listener);
                 let _ = ack.send(());
-                tokio::time::sleep(duration).await;
+                match resume {
+                    Resume::After(duration) => tokio::time::sleep(duration).await,
+                    Resume::When(rx) => {
+                        let _ = rx.await;
+                    }
+                }
                 // std sets SO_REUSEADDR on Unix, so the same port binds again.
                 let std_listener = std::net::TcpListener::bind(addr)
                     .with_context(|| format!("binding {addr} again"))?;

@@ -1,0 +1,177 @@
+//! The record of a FleetLock slot pivot asked for: `/var/lib/pivot/fleet-lock.json`, written
+//! before the first `pre-reboot` request and removed once the server has said yes to
+//! `steady-state`. It names the server, group and id the slot was asked of (released there, even
+//! if the configuration changed since) and the boot that asked: a record from an earlier boot
+//! is a slot the node may still hold, which `pivot steady-state` gives back (unless the server
+//! refused every request of it); one from this boot is a reboot still to come, which nothing
+//! releases.
+//!
+//! Both sides take an exclusive `flock` on `fleet-lock.lock` beside it for each step: the
+//! releaser re-reads the record before every request, and a run asking for a new slot first
+//! gives back an earlier one and rewrites the record under the lock, so a `steady-state` can
+//! never follow (and undo) the `pre-reboot` that granted this boot's slot.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use super::config::FleetLock;
+
+pub const RECORD: &str = "fleet-lock.json";
+const LOCK: &str = "fleet-lock.lock";
+const API_VERSION: &str = "pivot.openshift.io/v1";
+const KIND: &str = "FleetLockSlot";
+
+/// A slot asked of a FleetLock server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Slot {
+    pub api_version: String,
+    pub kind: String,
+    pub base_url: String,
+    pub group: String,
+    pub id: String,
+    /// The boot (`/proc/sys/kernel/random/boot_id`) that asked for it.
+    pub boot_id: String,
+    /// Whether the server may have granted it: set before each request, cleared by a refusal
+    /// (a node the server refuses holds no slot there), so that a run killed at any moment
+    /// leaves it set whenever a grant may have happened. A slot never granted is not given back.
+    pub may_hold: bool,
+}
+
+impl Slot {
+    pub fn new(lock: &FleetLock, id: &str, boot_id: &str) -> Slot {
+        Slot {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
+            base_url: lock.base_url.clone(),
+            group: lock.group.clone(),
+            id: id.into(),
+            boot_id: boot_id.into(),
+            may_hold: true,
+        }
+    }
+
+    /// The server it was asked of.
+    pub fn lock(&self) -> FleetLock {
+        FleetLock {
+            base_url: self.base_url.clone(),
+            group: self.group.clone(),
+        }
+    }
+}
+
+/// The records in a node's `/var/lib/pivot` (`dir`), under their lock while held.
+pub struct Records {
+    dir: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Records {
+    /// Waits for the lock on `dir`'s record.
+    pub fn lock(dir: &Path) -> Result<Records> {
+        crate::node::state::private_dir(dir)?;
+        let path = dir.join(LOCK);
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let lock = Flock::lock(file, FlockArg::LockExclusive)
+            .map_err(|(_, errno)| errno)
+            .with_context(|| format!("locking {}", path.display()))?;
+        Ok(Records {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.join(RECORD)
+    }
+
+    /// The slot recorded, if any. A record that cannot be read is an error: it may stand for a
+    /// slot the node holds, which must not be forgotten.
+    pub fn read(&self) -> Result<Option<Slot>> {
+        let path = self.path();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let slot: Slot = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a FleetLock slot record", path.display()))?;
+        anyhow::ensure!(
+            slot.api_version == API_VERSION && slot.kind == KIND,
+            "{} is a {} {}, not a {API_VERSION} {KIND}",
+            path.display(),
+            slot.api_version,
+            slot.kind
+        );
+        Ok(Some(slot))
+    }
+
+    /// Replaces the record (atomically: a crash leaves the old one or the new one).
+    pub fn write(&self, slot: &Slot) -> Result<()> {
+        let path = self.path();
+        let tmp = self.dir.join(format!(".{RECORD}.{}.tmp", std::process::id()));
+        (|| -> std::io::Result<()> {
+            let mut file = File::create(&tmp)?;
+            file.write_all(serde_json::to_string_pretty(slot)?.as_bytes())?;
+            file.write_all(b"\n")?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })()
+        .with_context(|| format!("writing {}", path.display()))
+    }
+
+    pub fn remove(&self) -> Result<()> {
+        let path = self.path();
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", path.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// This boot's id.
+pub fn boot_id() -> Result<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .context("reading this boot's id")?;
+    Ok(id.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_and_a_foreign_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = Records::lock(dir.path()).unwrap();
+        assert_eq!(records.read().unwrap(), None);
+        let lock = FleetLock {
+            base_url: "http://127.0.0.1:9/fleetlock".into(),
+            group: "workers".into(),
+        };
+        let slot = Slot::new(&lock, "id", "boot");
+        records.write(&slot).unwrap();
+        assert_eq!(records.read().unwrap(), Some(slot));
+        std::fs::write(
+            dir.path().join(RECORD),
+            r#"{"apiVersion":"v0","kind":"Other","baseUrl":"","group":"","id":"","bootId":"","mayHold":true}"#,
+        )
+        .unwrap();
+        assert!(format!("{:#}", records.read().unwrap_err()).contains("not a pivot.openshift.io/v1 FleetLockSlot"));
+        records.remove().unwrap();
+        records.remove().unwrap();
+        assert_eq!(records.read().unwrap(), None);
+    }
+}
