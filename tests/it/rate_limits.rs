@@ -126,3 +126,42 @@ fn a_rate_limited_token_service_is_waited_out() {
         );
     }
 }
+
+/// A pool booting together reads its target from the pullspec file at the same moment: the
+/// first requests to the registry come spread over seconds, not in the same instant.
+#[test]
+fn a_pool_booting_together_reaches_the_registry_spread_out() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    let pullspec = format!("{}/pivot/os:v2", proxy.host());
+    let nodes: Vec<Env> = (0..6)
+        .map(|_| {
+            let mut node = Env::new();
+            insecure_via(&mut node, &proxy);
+            let etc = node.default_etc();
+            std::fs::create_dir_all(etc.join("pivot")).unwrap();
+            std::fs::write(etc.join("pivot/image-pullspec"), format!("{pullspec}\n")).unwrap();
+            node
+        })
+        .collect();
+    let children: Vec<_> = nodes.iter().map(|node| node.spawn_pivot(&[])).collect();
+    for (child, node) in children.into_iter().zip(&nodes) {
+        assert_success(&child.wait_with_output().unwrap());
+        assert_eq!(node.deployed_images()[0], v2.commit);
+    }
+    let firsts: Vec<std::time::Instant> = proxy
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/manifests/"))
+        .map(|r| r.at)
+        .collect();
+    assert_eq!(firsts.len(), 6, "one manifest request a node");
+    let (earliest, latest) = (firsts.iter().min().unwrap(), firsts.iter().max().unwrap());
+    // Spread uniformly over 5 s, six nodes all land within 0.5 s with a chance of about 1 in 20,000.
+    assert!(
+        latest.duration_since(*earliest) > Duration::from_millis(500),
+        "the pool reached the registry within {:?}",
+        latest.duration_since(*earliest)
+    );
+}
