@@ -69,6 +69,12 @@ pub enum Command {
     ///
     /// With `--reboot` under the reboot strategy fleet_lock, the FleetLock slot is taken first.
     Finalize(FinalizeArgs),
+    /// Show the configuration in effect: each key, its value, and the drop-in that set it.
+    ///
+    /// Drop-ins are read from /usr/lib/pivot/config.d (the image's defaults) and
+    /// /etc/pivot/config.d (the admin's, replacing or masking the image's by name); health
+    /// checks from /usr/lib/pivot/health.d and /etc/pivot/health.d, the same way.
+    Config(ConfigArgs),
     /// Give the node's FleetLock reboot slot back (pivot-steady-state.service, at boot).
     ///
     /// Tells the server the slot an earlier boot asked for (/var/lib/pivot/fleet-lock.json) is
@@ -104,6 +110,12 @@ pub struct RollbackArgs {
 
 #[derive(Debug, Args)]
 pub struct ConfirmArgs {
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysroot: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysroot: PathBuf,
 }
@@ -322,6 +334,13 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             }
             Ok(Exit::Success)
         }
+        Some(Command::Config(args)) => {
+            let etc = run::system_etc(&args.sysroot)?;
+            let config = Config::load(&etc)?;
+            let checks = crate::node::health::list(&etc)?;
+            print!("{}", render_config(&config, &checks));
+            Ok(Exit::Success)
+        }
         Some(Command::SteadyState(args)) => {
             let (node, _) = run::fleet_node(&args.sysroot)?;
             match fleet::steady_state(&node.state_dir).await? {
@@ -370,7 +389,33 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
     }
 }
 
-/// The /etc of the system on `sysroot` that runs (or boots next) and its pivot configuration.
+/// `pivot config`: one line a key (value, then where it was set), then the health checks.
+fn render_config(config: &Config, checks: &[PathBuf]) -> String {
+    let keys = config.keys();
+    let width = keys
+        .iter()
+        .map(|(k, v, _)| k.len() + v.len())
+        .max()
+        .unwrap_or(0)
+        + 4;
+    let mut out = String::new();
+    for (key, value, from) in keys {
+        let from = from.map_or("(default)".to_string(), |p| p.display().to_string());
+        let pad = width - key.len() - value.len();
+        out.push_str(&format!("{key} = {value}{:pad$}# {from}\n", ""));
+    }
+    match checks {
+        [] => out.push_str("health checks: none\n"),
+        _ => {
+            out.push_str("health checks, in the order they run:\n");
+            for check in checks {
+                out.push_str(&format!("  {}\n", check.display()));
+            }
+        }
+    }
+    out
+}
+
 /// `pivot confirm`: the verdict, the health checks, and a rollback when they fail
 /// ([`crate::run::confirm`]).
 async fn confirm(args: ConfirmArgs) -> Result<Exit> {

@@ -1,6 +1,7 @@
-//! `/etc/pivot/config.d/*.toml`: how the node reboots into an update. Drop-ins are read in file
-//! name order and a later file's keys win, so a cluster can ship `10-fleet.toml` and a node
-//! override one key in `90-local.toml`. Unknown sections and keys are errors, named with their
+//! `/usr/lib/pivot/config.d/*.toml` (an image's defaults) and `/etc/pivot/config.d/*.toml` (the
+//! admin's, which replace or mask the image's by name: [`crate::node::drop_ins`]): how the node
+//! reboots into an update. Drop-ins are read in file name order and a later file's keys win, so
+//! an image can ship `10-fleet.toml` and a node override one key in `90-local.toml`. Unknown sections and keys are errors, named with their
 //! file, so a typo never silently keeps the default.
 //!
 //! ```toml
@@ -15,13 +16,19 @@
 //! timeout = 300                  # seconds one /etc/pivot/health.d check may run (default 300)
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use crate::node::drop_ins::{ADMIN_DIR, VENDOR_DIR};
 
 use anyhow::{bail, ensure, Context, Result};
 use serde::Deserialize;
 
-/// Relative to the system's `/etc`.
+/// The admin's drop-ins, relative to the system's `/etc` (the image's are under
+/// `/usr/lib/pivot/config.d`: see [`crate::node::drop_ins`]).
 pub const CONFIG_DIR: &str = "pivot/config.d";
+/// The drop-in directory, under `/usr/lib/pivot` and `/etc/pivot`.
+const CONFIG_D: &str = "config.d";
 /// The FleetLock group of a node that names none, as zincati's.
 pub const DEFAULT_GROUP: &str = "default";
 
@@ -53,6 +60,9 @@ pub struct Config {
     pub health_timeout: std::time::Duration,
     /// The drop-ins read, in order (for messages).
     pub files: Vec<PathBuf>,
+    /// The drop-in each key that is set came from (`reboot.strategy`, …); the others are
+    /// defaults.
+    pub sources: BTreeMap<&'static str, PathBuf>,
 }
 
 impl Default for Config {
@@ -61,6 +71,7 @@ impl Default for Config {
             strategy: Strategy::default(),
             health_timeout: crate::node::health::DEFAULT_TIMEOUT,
             files: Vec::new(),
+            sources: BTreeMap::new(),
         }
     }
 }
@@ -105,17 +116,8 @@ enum StrategyName {
 impl Config {
     /// Reads the drop-ins under `etc` (the system's `/etc`); none is the default configuration.
     pub fn load(etc: &Path) -> Result<Config> {
-        let dir = etc.join(CONFIG_DIR);
-        let mut files = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries
-                .map(|e| e.map(|e| e.path()))
-                .collect::<std::io::Result<Vec<_>>>()
-                .with_context(|| format!("reading {}", dir.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
-        };
+        let mut files = crate::node::drop_ins::list(etc, CONFIG_D)?;
         files.retain(|p| p.extension().is_some_and(|e| e == "toml"));
-        files.sort();
         let (mut strategy, mut base_url, mut group) = (None, None, None);
         let mut health_timeout = None;
         for file in &files {
@@ -130,26 +132,34 @@ impl Config {
                     "{}: health.timeout must be at least 1 (seconds)",
                     file.display()
                 );
-                health_timeout = Some(std::time::Duration::from_secs(timeout));
+                health_timeout = Some((std::time::Duration::from_secs(timeout), file.clone()));
             }
             let Some(reboot) = drop_in.reboot else { continue };
-            strategy = reboot.strategy.or(strategy);
+            strategy = reboot.strategy.map(|s| (s, file.clone())).or(strategy);
             if let Some(fleet_lock) = reboot.fleet_lock {
                 base_url = fleet_lock.base_url.map(|u| (u, file.clone())).or(base_url);
                 group = fleet_lock.group.map(|g| (g, file.clone())).or(group);
             }
         }
-        let strategy = match strategy.unwrap_or(StrategyName::Immediate) {
+        let mut sources = BTreeMap::new();
+        if let Some((_, file)) = &strategy {
+            sources.insert("reboot.strategy", file.clone());
+        }
+        if let Some((_, file)) = &health_timeout {
+            sources.insert("health.timeout", file.clone());
+        }
+        let strategy = match strategy.map_or(StrategyName::Immediate, |(s, _)| s) {
             StrategyName::Immediate => Strategy::Immediate,
             StrategyName::Sentinel => Strategy::Sentinel,
             StrategyName::Never => Strategy::Never,
             StrategyName::FleetLock => {
                 let Some((url, file)) = base_url else {
                     bail!(
-                        "reboot.strategy is fleet_lock but no file of {} sets reboot.fleet_lock.base_url",
-                        dir.display()
+                        "reboot.strategy is fleet_lock but no drop-in (/{VENDOR_DIR}/{CONFIG_D}, {}) sets reboot.fleet_lock.base_url",
+                        etc.join(ADMIN_DIR).join(CONFIG_D).display()
                     );
                 };
+                sources.insert("reboot.fleet_lock.base_url", file.clone());
                 ensure!(
                     url.starts_with("http://") || url.starts_with("https://"),
                     "{}: reboot.fleet_lock.base_url {url:?} is not an http:// or https:// URL",
@@ -157,6 +167,7 @@ impl Config {
                 );
                 let group = match group {
                     Some((group, file)) => {
+                        sources.insert("reboot.fleet_lock.group", file.clone());
                         ensure!(
                             !group.is_empty()
                                 && group
@@ -177,12 +188,49 @@ impl Config {
         };
         Ok(Config {
             strategy,
-            health_timeout: health_timeout.unwrap_or(crate::node::health::DEFAULT_TIMEOUT),
+            health_timeout: health_timeout.map_or(crate::node::health::DEFAULT_TIMEOUT, |(t, _)| t),
             files,
+            sources,
         })
     }
 }
 
+impl Config {
+    /// Every key with its value and the drop-in that set it (`None`: the default), for
+    /// `pivot config`.
+    pub fn keys(&self) -> Vec<(&'static str, String, Option<&Path>)> {
+        let from = |key| self.sources.get(key).map(PathBuf::as_path);
+        let mut keys = vec![(
+            "reboot.strategy",
+            match &self.strategy {
+                Strategy::Immediate => "immediate",
+                Strategy::FleetLock(_) => "fleet_lock",
+                Strategy::Sentinel => "sentinel",
+                Strategy::Never => "never",
+            }
+            .to_string(),
+            from("reboot.strategy"),
+        )];
+        if let Strategy::FleetLock(lock) = &self.strategy {
+            keys.push((
+                "reboot.fleet_lock.base_url",
+                lock.base_url.clone(),
+                from("reboot.fleet_lock.base_url"),
+            ));
+            keys.push((
+                "reboot.fleet_lock.group",
+                lock.group.clone(),
+                from("reboot.fleet_lock.group"),
+            ));
+        }
+        keys.push((
+            "health.timeout",
+            self.health_timeout.as_secs().to_string(),
+            from("health.timeout"),
+        ));
+        keys
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -196,6 +244,46 @@ mod tests {
             std::fs::write(dir.join(name), text).unwrap();
         }
         Config::load(etc.path())
+    }
+
+    #[test]
+    fn the_images_defaults_apply_unless_etc_replaces_or_masks_them() {
+        let root = tempfile::tempdir().unwrap();
+        let vendor = root.path().join("usr/lib/pivot/config.d");
+        let etc = root.path().join("etc");
+        std::fs::create_dir_all(&vendor).unwrap();
+        std::fs::create_dir_all(etc.join(CONFIG_DIR)).unwrap();
+        std::fs::write(
+            vendor.join("10-fleet.toml"),
+            "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://lock:8080/\"\n",
+        )
+        .unwrap();
+        std::fs::write(vendor.join("20-health.toml"), "[health]\ntimeout = 60\n").unwrap();
+        std::fs::write(
+            etc.join(CONFIG_DIR).join("50-group.toml"),
+            "[reboot.fleet_lock]\ngroup = \"canary\"\n",
+        )
+        .unwrap();
+        let config = Config::load(&etc).unwrap();
+        assert_eq!(
+            config.strategy,
+            Strategy::FleetLock(FleetLock {
+                base_url: "http://lock:8080".into(),
+                group: "canary".into()
+            })
+        );
+        assert_eq!(config.health_timeout.as_secs(), 60);
+        let keys = config.keys();
+        assert_eq!(
+            keys[0],
+            ("reboot.strategy", "fleet_lock".into(), Some(vendor.join("10-fleet.toml").as_path()))
+        );
+        assert_eq!(keys[2].2, Some(etc.join(CONFIG_DIR).join("50-group.toml").as_path()));
+        // The admin masks the image's fleet file: the default strategy again.
+        std::os::unix::fs::symlink("/dev/null", etc.join(CONFIG_DIR).join("10-fleet.toml")).unwrap();
+        let config = Config::load(&etc).unwrap();
+        assert_eq!(config.strategy, Strategy::Immediate);
+        assert_eq!(config.keys()[0].2, None);
     }
 
     #[test]

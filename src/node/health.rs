@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 /// Relative to the system's `/etc`.
-pub const HEALTH_DIR: &str = "pivot/health.d";
+#[cfg(test)]
+const HEALTH_DIR: &str = "pivot/health.d";
+/// The drop-in directory of checks, under `/usr/lib/pivot` and `/etc/pivot`.
+const HEALTH_D: &str = "health.d";
 /// How long one check may run unless `[health] timeout` says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The end of a failed check's output kept for the state file, the journal and status.
@@ -50,25 +53,12 @@ impl Failure {
     }
 }
 
-/// The checks under `etc`, in the order they run.
+/// The checks of the system whose `/etc` is `etc`: `/usr/lib/pivot/health.d` (an image's own)
+/// and `/etc/pivot/health.d` (the admin's, replacing or masking those by name; see
+/// [`crate::node::drop_ins`]), in the order they run.
 pub fn list(etc: &Path) -> Result<Vec<PathBuf>> {
-    let dir = etc.join(HEALTH_DIR);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
-    };
     let mut checks = Vec::new();
-    for entry in entries {
-        let path = entry
-            .with_context(|| format!("reading {}", dir.display()))?
-            .path();
-        if path
-            .file_name()
-            .is_none_or(|n| n.as_encoded_bytes().starts_with(b"."))
-        {
-            continue;
-        }
+    for path in crate::node::drop_ins::list(etc, HEALTH_D)? {
         // Following links, as a check may be a link into /usr.
         let Ok(meta) = std::fs::metadata(&path) else {
             tracing::warn!("skipping health check {}: a dangling link", path.display());
@@ -83,7 +73,6 @@ pub fn list(etc: &Path) -> Result<Vec<PathBuf>> {
         }
         checks.push(path);
     }
-    checks.sort();
     Ok(checks)
 }
 

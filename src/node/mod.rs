@@ -3,6 +3,7 @@
 //! [`reboot`].
 
 pub mod confirm;
+pub mod drop_ins;
 pub mod events;
 pub mod health;
 pub mod logging;

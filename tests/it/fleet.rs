@@ -436,3 +436,59 @@ fn finalize_with_nothing_staged_takes_no_slot() {
     assert!(server.requests().is_empty(), "{:?}", server.requests());
     assert!(!node.state_dir.join(RECORD).exists());
 }
+
+/// `pivot config` shows each key with the drop-in that set it: the image's
+/// (`/usr/lib/pivot/config.d`), the admin's (`/etc/pivot/config.d`) or the default.
+#[test]
+fn config_shows_where_each_value_comes_from() {
+    let env = Env::new();
+    let root = env.deployment(0);
+    let vendor = root.join("usr/lib/pivot/config.d");
+    std::fs::create_dir_all(&vendor).unwrap();
+    std::fs::write(
+        vendor.join("10-fleet.toml"),
+        "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://lock:8080/\"\n",
+    )
+    .unwrap();
+    drop_in(
+        &env,
+        "50-group.toml",
+        "[reboot.fleet_lock]\ngroup = \"canary\"\n",
+    );
+    let checks = root.join("usr/lib/pivot/health.d");
+    std::fs::create_dir_all(&checks).unwrap();
+    std::fs::write(checks.join("10-runtime"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        checks.join("10-runtime"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+
+    let out = env.subcommand("config", &[]);
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+            .to_string()
+    };
+    assert!(line("reboot.strategy").contains("fleet_lock"));
+    assert!(line("reboot.strategy").ends_with("usr/lib/pivot/config.d/10-fleet.toml"));
+    assert!(line("reboot.fleet_lock.group").ends_with("etc/pivot/config.d/50-group.toml"));
+    assert!(line("health.timeout").ends_with("# (default)"), "{text}");
+    assert!(text.contains("usr/lib/pivot/health.d/10-runtime"), "{text}");
+
+    // Masked by the admin: the default again, and the check gone.
+    let etc_checks = env.default_etc().join("pivot/health.d");
+    std::fs::create_dir_all(&etc_checks).unwrap();
+    std::os::unix::fs::symlink("/dev/null", etc_checks.join("10-runtime")).unwrap();
+    std::os::unix::fs::symlink(
+        "/dev/null",
+        env.default_etc().join("pivot/config.d/10-fleet.toml"),
+    )
+    .unwrap();
+    let text = String::from_utf8_lossy(&env.subcommand("config", &[]).stdout).into_owned();
+    assert!(text.contains("reboot.strategy = immediate"), "{text}");
+    assert!(text.contains("health checks: none"), "{text}");
+}
