@@ -126,12 +126,31 @@ fn unescape(value: &str) -> String {
     out
 }
 
-/// The environment block of the sysroot at `root`, if it has one.
+/// The environment block of the sysroot at `root`, if it has one: the file itself, through the
+/// links that lead to it (RHEL 8 and older Fedora link `/boot/grub2/grubenv` into the EFI
+/// partition; replacing the link with a file would leave GRUB reading the old block).
 pub fn find(root: &Path) -> Option<PathBuf> {
     CANDIDATES
         .iter()
-        .map(|c| root.join(c))
+        .map(|c| resolve(root, &root.join(c)))
         .find(|p| p.is_file())
+}
+
+/// `path` with its links followed, an absolute link target taken as under `root` (the sysroot
+/// may not be the running system's `/`).
+fn resolve(root: &Path, path: &Path) -> PathBuf {
+    let mut path = path.to_path_buf();
+    // As the kernel does, within reason.
+    for _ in 0..40 {
+        let Ok(target) = std::fs::read_link(&path) else {
+            break;
+        };
+        path = match target.strip_prefix("/") {
+            Ok(inside) => root.join(inside),
+            Err(_) => path.parent().unwrap_or(root).join(target),
+        };
+    }
+    path
 }
 
 pub fn load(path: &Path) -> Result<Env> {
@@ -201,6 +220,33 @@ mod tests {
         let mut b = format!("{HEADER}{vars}").into_bytes();
         b.resize(BLOCK_SIZE, b'#');
         b
+    }
+
+    #[test]
+    fn a_linked_block_is_written_where_the_link_leads() {
+        let root = tempfile::tempdir().unwrap();
+        let efi = root.path().join("boot/efi/EFI/redhat");
+        std::fs::create_dir_all(&efi).unwrap();
+        std::fs::create_dir_all(root.path().join("boot/grub2")).unwrap();
+        let mut env = Env::parse(HEADER.as_bytes()).unwrap();
+        env.set("saved_entry", "0");
+        save(&efi.join("grubenv"), &env).unwrap();
+        // RHEL 8's layout: a relative link; an absolute one is read inside the sysroot.
+        for target in ["../efi/EFI/redhat/grubenv", "/boot/efi/EFI/redhat/grubenv"] {
+            let link = root.path().join("boot/grub2/grubenv");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(target, &link).unwrap();
+            let armed = arm(root.path()).unwrap().unwrap();
+            assert_eq!(
+                armed.canonicalize().unwrap(),
+                efi.join("grubenv").canonicalize().unwrap()
+            );
+            assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+            let written = load(&efi.join("grubenv")).unwrap();
+            assert_eq!(written.get(COUNTER), Some("1"));
+            assert_eq!(written.get("saved_entry"), Some("0"));
+            save(&efi.join("grubenv"), &env).unwrap();
+        }
     }
 
     #[test]

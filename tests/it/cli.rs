@@ -75,3 +75,43 @@ fn the_options_table_in_the_docs_lists_exactly_the_options_of_help() {
         "docs/usage.md's options table and --help differ"
     );
 }
+
+/// Every journal event pivot defines (src/node/events.rs) has its entry in the journal catalog
+/// (systemd/pivot.catalog), as journalctl itself reads it.
+#[test]
+fn the_journal_catalog_explains_every_event() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let events = std::fs::read_to_string(repo.join("src/node/events.rs")).unwrap();
+    let ids: std::collections::BTreeSet<String> = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub const ")?.split('"').nth(1))
+        .filter(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_string)
+        .collect();
+    assert!(ids.len() >= 11, "{ids:?}");
+
+    let root = tempfile::tempdir().unwrap();
+    let catalogs = root.path().join("usr/lib/systemd/catalog");
+    std::fs::create_dir_all(&catalogs).unwrap();
+    std::fs::copy(
+        repo.join("systemd/pivot.catalog"),
+        catalogs.join("pivot.catalog"),
+    )
+    .unwrap();
+    let journalctl = |arg: &str| {
+        let out = std::process::Command::new("journalctl")
+            .arg(format!("--root={}", root.path().display()))
+            .arg(arg)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "journalctl {arg}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    journalctl("--update-catalog");
+    let listed: std::collections::BTreeSet<String> = journalctl("--list-catalog")
+        .lines()
+        .filter(|l| l.contains(" pivot: "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert_eq!(listed, ids);
+}
