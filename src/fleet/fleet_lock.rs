@@ -138,3 +138,26 @@ impl std::fmt::Display for Answer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_refusals_asking_again_cannot_change_are_final() {
+        let refused = |status| Answer::Refused {
+            status,
+            kind: None,
+            why: String::new(),
+        };
+        // poseidon's lock_held, airlock's failed_lock, busy and failing servers: waits.
+        for status in [423, 500, 408, 429, 502, 503] {
+            assert!(!refused(status).is_final(), "{status}");
+        }
+        // A malformed request, an unknown group, no FleetLock endpoint there: final.
+        for status in [400, 401, 403, 404, 405, 409, 422] {
+            assert!(refused(status).is_final(), "{status}");
+        }
+        assert!(!Answer::Granted.is_final());
+    }
+}
