@@ -26,7 +26,8 @@ use serde::Deserialize;
 
 /// The admin's drop-ins, relative to the system's `/etc` (the image's are under
 /// `/usr/lib/pivot/config.d`: see [`crate::node::drop_ins`]).
-pub const CONFIG_DIR: &str = "pivot/config.d";
+#[cfg(test)]
+const CONFIG_DIR: &str = "pivot/config.d";
 /// The drop-in directory, under `/usr/lib/pivot` and `/etc/pivot`.
 const CONFIG_D: &str = "config.d";
 /// The FleetLock group of a node that names none, as zincati's.

@@ -129,6 +129,9 @@ pub fn native_reference(image: &ImageRef, digest: &str, signature: OriginSignatu
 /// for status.
 fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo, by_digest: &str) {
     origin.set_string("pivot", "image", by_digest);
+    // What the group describes: rpm-ostree and bootc carry an origin's other groups over to the
+    // deployments they make (see `crate::sysroot::deployments`).
+    origin.set_string("pivot", "commit", info.commit);
     if let Some(verified) = info.verified {
         origin.set_string("pivot", "verification", &verified.verification().name());
         if let Verified::Signed(keys) = verified {

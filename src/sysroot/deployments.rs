@@ -101,7 +101,7 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
         .enumerate()
         .map(|(i, d)| {
             let checksum = d.csum().to_string();
-            let origin = d.origin();
+            let origin = d.origin().map(|o| own_origin(&o, &checksum));
             let pullspec = origin
                 .as_ref()
                 .and_then(|o| o.string("pivot", "pullspec").ok())
@@ -152,6 +152,23 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
             })
         })
         .collect()
+}
+
+/// The origin as pivot reads it: pivot's `[pivot]` group only on the deployment it was written
+/// for. rpm-ostree (`rebase`, `upgrade`) and bootc carry an origin's other groups over to the
+/// deployments they make, so on theirs the group describes an image that is not deployed; their
+/// own keys say what is. (Origins written before the group named its commit are taken as
+/// pivot's.)
+fn own_origin(origin: &glib::KeyFile, checksum: &str) -> glib::KeyFile {
+    let copy = glib::KeyFile::new();
+    let _ = copy.load_from_data(&origin.to_data(), glib::KeyFileFlags::KEEP_COMMENTS);
+    let foreign = copy
+        .string("pivot", "commit")
+        .is_ok_and(|commit| commit != checksum);
+    if foreign {
+        let _ = copy.remove_group("pivot");
+    }
+    copy
 }
 
 /// The `version` key of a commit's metadata.

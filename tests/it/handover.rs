@@ -537,3 +537,52 @@ fn derived_and_layout_images_hand_over() {
     assert_eq!(prepared["present"], true, "{prepared}");
     assert_fsck_clean(&env);
 }
+
+/// rpm-ostree and bootc carry an origin's other groups over to the deployments they make: a
+/// `[pivot]` group on a deployment of another commit describes an image that is not deployed
+/// there, and `pivot status` ignores it (here v2's group, carried onto v1's deployment).
+#[test]
+fn a_pivot_group_carried_onto_another_deployment_is_ignored() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    assert_success(&env.pivot(&[&v2.by_tag]));
+    let v1 = env.sysroot.commit_v1().to_string();
+    let v2_origin = origin_of(&env, &v2.commit);
+    assert!(
+        v2_origin.contains(&format!("commit={}", v2.commit)),
+        "{v2_origin}"
+    );
+    // v1's own origin, with v2's [pivot] group added, as rpm-ostree would carry it over.
+    let group = &v2_origin[v2_origin.find("[pivot]").unwrap()..];
+    let group = match group[1..].find("\n[") {
+        Some(end) => &group[..end + 2],
+        None => group,
+    };
+    let v1_origin = env
+        .sysroot
+        .path
+        .join(format!("ostree/deploy/{STATEROOT}/deploy/{v1}.0.origin"));
+    let carried = format!("{}\n{group}", read(&v1_origin));
+    std::fs::write(&v1_origin, carried).unwrap();
+    let status = env.status_json();
+    let deployments = status["deployments"].as_array().unwrap();
+    let of = |commit: &str| {
+        deployments
+            .iter()
+            .find(|d| d["checksum"] == commit)
+            .unwrap_or_else(|| panic!("{commit} not in {status}"))
+            .clone()
+    };
+    let (v1_status, v2_status) = (of(&v1), of(&v2.commit));
+    assert!(
+        v2_status["image"]
+            .as_str()
+            .is_some_and(|i| i.contains(&v2.digest)),
+        "{v2_status}"
+    );
+    assert!(
+        !v1_status.to_string().contains(&v2.digest),
+        "v1 is described by v2's image: {v1_status}"
+    );
+    assert_eq!(v1_status["version"], "1", "{v1_status}");
+}
