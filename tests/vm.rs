@@ -3,11 +3,12 @@
 //! host's loopback. Every scenario asserts from inside the guest and again from the saved disk.
 //!
 //! Needs root and the host packages checked in vm/images.rs. Run with
-//! `cargo test --test vm -- --nocapture --test-threads=1`. Images are cached in
+//! `cargo test --test vm -- --nocapture`: two scenarios at a time (see vm/scenario.rs; one with
+//! `--test-threads=1` or PIVOT_VM_PARALLEL=1). Images are cached in
 //! /var/cache/pivot-vm (or $PIVOT_VM_CACHE); a failed scenario keeps its console, journal and
 //! disk under target/tmp/pivot-vm/<scenario>.
 //!
-//! Knobs: PIVOT_VM_KEEP=1 keeps artefacts of passing ones;
+//! Knobs: PIVOT_VM_KEEP=1 keeps artefacts of passing ones; PIVOT_VM_PARALLEL=N scenarios at once;
 //! PIVOT_VM_ACCEL=tcg|kvm overrides the accelerator probe; PIVOT_VM_MIRROR overrides the Debian
 //! mirror read from apt's sources; PIVOT_VM_PIVOT puts another pivot build into the images.
 
