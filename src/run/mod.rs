@@ -3,17 +3,19 @@
 //! The pullspec file (`/etc/pivot/image-pullspec`, read when no pullspec is given) is removed only
 //! once the node is confirmed to run its target (on the booted system: booted from it; on another
 //! sysroot: its default deployment is it). Until then every run counts an attempt in the state
-//! file; after [`MAX_ATTEMPTS`] runs that did not end on the target, pivot stops with an error
-//! instead of pulling and rebooting again, so a target that keeps failing cannot become a reboot
-//! loop. The file stays, so the failure is visible; a run with an explicit pullspec is never
+//! file ([`attempts`]); after [`MAX_ATTEMPTS`](crate::node::state::MAX_ATTEMPTS) runs that did
+//! not end on the target, pivot stops with an error instead of pulling and rebooting again, so a
+//! target that keeps failing cannot become a reboot loop. The file stays, so the failure is visible; a run with an explicit pullspec is never
 //! limited, and removing the state file resets the count.
 
+mod attempts;
 mod check;
 pub mod confirm;
 mod downloaded;
 pub(crate) mod job;
 mod layer;
 mod local;
+mod node;
 pub(crate) mod memory;
 pub mod rollback;
 
@@ -29,6 +31,8 @@ use crate::node::events::{self, Reported, Target};
 use crate::fetch::image::OsImage;
 use job::{deployment_ids, Job};
 use local::Local;
+pub use node::fleet_node;
+use node::{node_of, spread_first_request};
 use crate::sysroot::kargs::{self, Edit};
 pub use crate::api::outcome::Outcome;
 use crate::node::progress::Progress;
@@ -39,7 +43,7 @@ use crate::api::progress::Step;
 use crate::api::status::PullspecSource as Source;
 use crate::trust::evidence::{self, Kept};
 use crate::trust::{Gather, Trust, Verified};
-use crate::node::state::{self, Attempt, State, StateFile, MAX_ATTEMPTS};
+use crate::node::state::{self, Attempt, State, StateFile};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
 pub const PULLSPEC_FILE: &str = "pivot/image-pullspec";
@@ -122,21 +126,6 @@ pub fn system_etc(sysroot: &Path) -> Result<PathBuf> {
     Ok(Local::inspect(sysroot, None)?.etc)
 }
 
-/// The node on `sysroot` as its fleet sees it, and its configuration (`/etc/pivot/config.d`).
-pub fn fleet_node(sysroot: &Path) -> Result<(crate::fleet::Node, crate::fleet::config::Config)> {
-    let local = Local::inspect(sysroot, None)?;
-    let config = crate::fleet::config::Config::load(&local.etc)?;
-    Ok((node_of(sysroot, &local), config))
-}
-
-fn node_of(sysroot: &Path, local: &Local) -> crate::fleet::Node {
-    let state = StateFile::for_stateroot(sysroot, &local.stateroot);
-    crate::fleet::Node {
-        etc: local.etc.clone(),
-        sysroot: sysroot.to_path_buf(),
-        state_dir: state.path().parent().expect("a parent").to_path_buf(),
-    }
-}
 
 /// Runs one pivot and records its outcome in the state file.
 pub async fn run(opts: &Options) -> Result<Report> {
@@ -265,21 +254,6 @@ pub async fn run(opts: &Options) -> Result<Report> {
     }
 }
 
-/// The pullspec file is the first boot's: a whole pool boots at once and would reach its
-/// registry in the same second, which rate-limits exactly that. The first request waits a
-/// moment chosen at random, so the pool arrives spread over [`SPREAD`]; at a boot that takes
-/// minutes, a few seconds are not noticed.
-async fn spread_first_request() {
-    let wait = SPREAD.mul_f64(crate::fetch::retry::jitter());
-    tracing::debug!(
-        "waiting {:.1} s before the first request (a pool booting at once is spread)",
-        wait.as_secs_f64()
-    );
-    tokio::time::sleep(wait).await;
-}
-
-/// Over how long the first requests of a pool booting at once are spread.
-const SPREAD: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn read_pullspec_file(etc: &Path) -> Result<String> {
     let path = etc.join(PULLSPEC_FILE);
@@ -589,54 +563,6 @@ impl Run<'_> {
         }
         self.state.target = None;
         self.state.attempts = 0;
-        Ok(())
-    }
-
-    /// Counts a pullspec-file run that starts without the node on its target.
-    fn count_attempt(&mut self) -> Result<()> {
-        // A locked deployment never boots before its unlock, so reboots while it waits (for a
-        // FleetLock slot, or `pivot finalize`) are no attempts at it: counting them would give
-        // up on a target that never failed. Unlocking records the attempt unlocked.
-        if self
-            .state
-            .last
-            .as_ref()
-            .is_some_and(|l| l.locked && l.outcome.made_deployment())
-        {
-            tracing::info!(
-                "{} waits staged with finalization locked: not counted as another attempt",
-                self.image
-            );
-            return Ok(());
-        }
-        if self.state.attempts >= MAX_ATTEMPTS {
-            let last = self
-                .state
-                .last
-                .as_ref()
-                .and_then(|a| a.error.clone())
-                .unwrap_or_else(|| "the node did not boot into it".into());
-            bail!(
-                "giving up on {} after {MAX_ATTEMPTS} attempts (last: {last}); run `pivot {}` by hand, or remove {} to try again",
-                self.image,
-                self.image,
-                self.state_file.path().display()
-            );
-        }
-        self.state.attempts += 1;
-        tracing::info!(
-            "pivot attempt {}/{MAX_ATTEMPTS} to {}",
-            self.state.attempts,
-            self.image
-        );
-        let mut snapshot = self.state.clone();
-        snapshot.last = Some(self.attempt.clone());
-        // Saved before any work, so a run that dies (or reboots) still counts. A run that
-        // cannot count itself may still deploy, but must not reboot (see `Report::unrecorded`).
-        if let Err(e) = self.state_file.save(&snapshot) {
-            tracing::warn!("could not record the attempt: {e:#}");
-            self.unrecorded = Some(format!("{e:#}"));
-        }
         Ok(())
     }
 }
