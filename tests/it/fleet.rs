@@ -492,3 +492,44 @@ fn config_shows_where_each_value_comes_from() {
     assert!(text.contains("reboot.strategy = immediate"), "{text}");
     assert!(text.contains("health checks: none"), "{text}");
 }
+
+/// The deadlock zincati's id avoids, as poseidon/fleetlock makes it: an id that matches no
+/// Kubernetes node still gets the lease (the drain's failure is ignored), but its steady-state
+/// is refused with 500 for good, and the group stays locked.
+#[test]
+fn an_id_poseidon_cannot_match_to_a_node_never_gives_the_lease_back() {
+    let server = FleetLockServer::poseidon().unwrap();
+    server.add_node("worker-0", MACHINE);
+    let rt = runtime();
+    let stranger = Client::new(
+        &lock(&server, "workers"),
+        "0123456789abcdef0123456789abcdef".into(),
+    )
+    .unwrap();
+    assert_eq!(rt.block_on(stranger.pre_reboot()).unwrap(), Answer::Granted);
+    assert_eq!(
+        server.node("worker-0").unwrap().drains,
+        0,
+        "the wrong node was drained"
+    );
+    let refused = rt.block_on(stranger.steady_state()).unwrap();
+    assert!(
+        matches!(&refused, Answer::Refused { status: 500, kind: Some(k), .. } if k == "internal_error"),
+        "{refused:?}"
+    );
+    assert!(!refused.is_final(), "a 500 is waited out, as zincati does");
+    assert_eq!(
+        server.holders("workers"),
+        ["0123456789abcdef0123456789abcdef"]
+    );
+    // The node's real id is zincati's, which the server matches.
+    let node = Client::new(
+        &lock(&server, "canary"),
+        pivot_testkit::zincati_id(MACHINE).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rt.block_on(node.pre_reboot()).unwrap(), Answer::Granted);
+    assert_eq!(server.node("worker-0").unwrap().drains, 1);
+    assert_eq!(rt.block_on(node.steady_state()).unwrap(), Answer::Granted);
+    assert!(server.holders("canary").is_empty());
+}
