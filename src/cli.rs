@@ -292,7 +292,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                 .staged_deployment()
                 .is_some();
             if !staged {
-                bail!("no deployment is staged: there is nothing to finalize");
+                bail!("{NOTHING_STAGED}");
             }
             // The slot before the unlock: an unlocked deployment is applied by any reboot.
             let fleet = match args.reboot {
@@ -312,9 +312,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             let sysroot = args.sysroot.clone();
             let unlocked = tokio::task::spawn_blocking(move || fleet::unlock(&sysroot))
                 .await??
-                .ok_or_else(|| {
-                    anyhow::anyhow!("no deployment is staged: there is nothing to finalize")
-                })?;
+                .ok_or_else(|| anyhow::anyhow!("{NOTHING_STAGED}"))?;
             match unlocked.was_locked {
                 true => println!("unlocked: the next reboot applies {}", unlocked.commit),
                 false => println!(
@@ -322,15 +320,16 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                     unlocked.commit
                 ),
             }
-            if unlocked.was_locked {
-                reboot::mark_needed()?;
-            }
             if let Some((node, config)) = fleet {
                 let target = events::Target {
                     commit: unlocked.commit,
                     ..Default::default()
                 };
-                fleet::reboot(&config.strategy, &node, &target).await?;
+                match &config.strategy {
+                    // The slot is held and the deployment unlocked: only the reboot is left.
+                    Strategy::FleetLock(_) => reboot::reboot(&target, fleet::SLOT_GRANTED_REBOOT)?,
+                    strategy => fleet::reboot(strategy, &node, &target).await?,
+                }
             }
             Ok(Exit::Success)
         }
@@ -388,6 +387,8 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
         None => run_pivot(cli.pivot, progress).await,
     }
 }
+
+const NOTHING_STAGED: &str = "no deployment is staged: there is nothing to finalize";
 
 /// `pivot config`: one line a key (value, then where it was set), then the health checks.
 fn render_config(config: &Config, checks: &[PathBuf]) -> String {

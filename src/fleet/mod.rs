@@ -91,12 +91,8 @@ async fn reboot_or_leave(
             let unlocked = tokio::task::spawn_blocking(move || unlock(&sysroot)).await??;
             if let Some(unlocked) = unlocked.filter(|u| u.was_locked) {
                 tracing::info!("unlocked the staged deployment {}", unlocked.commit);
-                reboot::mark_needed()?;
             }
-            reboot::reboot(
-                target,
-                "rebooting into the new deployment (FleetLock slot granted)",
-            )
+            reboot::reboot(target, SLOT_GRANTED_REBOOT)
         }
     }
 }
@@ -152,9 +148,13 @@ pub async fn take_slot(lock: &FleetLock, node: &Node) -> Result<()> {
     Ok(())
 }
 
-/// Unlocks the staged deployment, if one is staged ([`crate::sysroot::finalize`]), and records
-/// that the last attempt is no longer locked: a deployment then missing at the next boot is
-/// a finalization that failed, not a reboot that came before the unlock.
+/// Why the node reboots once its slot is granted and its update unlocked.
+pub const SLOT_GRANTED_REBOOT: &str = "rebooting into the new deployment (FleetLock slot granted)";
+
+/// Unlocks the staged deployment, if one is staged ([`crate::sysroot::finalize`]), marks the
+/// reboot it now needs, and records that the last attempt is no longer locked: a deployment
+/// then missing at the next boot is a finalization that failed, not a reboot that came before
+/// the unlock.
 pub fn unlock(sysroot: &Path) -> Result<Option<Unlocked>> {
     let unlocked = crate::sysroot::finalize::unlock_staged(sysroot)?;
     if let Some(u) = unlocked.as_ref().filter(|u| u.was_locked) {
@@ -171,6 +171,7 @@ pub fn unlock(sysroot: &Path) -> Result<Option<Unlocked>> {
         if let Err(e) = recorded {
             tracing::warn!("recording the unlock in {}: {e:#}", state_file.path().display());
         }
+        reboot::mark_needed()?;
     }
     Ok(unlocked)
 }
