@@ -14,6 +14,9 @@
 //!
 //! [health]
 //! timeout = 300                  # seconds one /etc/pivot/health.d check may run (default 300)
+//!
+//! [boot]
+//! tries = 3                      # boots GRUB gives a new deployment (1-9, default 3)
 //! ```
 
 use std::collections::BTreeMap;
@@ -30,6 +33,12 @@ use serde::Deserialize;
 const CONFIG_DIR: &str = "pivot/config.d";
 /// The drop-in directory, under `/usr/lib/pivot` and `/etc/pivot`.
 const CONFIG_D: &str = "config.d";
+/// Boots GRUB gives a new deployment that never reaches `pivot confirm` before it falls back
+/// ([`crate::sysroot::grubenv`]): greenboot's default (`GREENBOOT_MAX_BOOT_ATTEMPTS`).
+pub const DEFAULT_BOOT_TRIES: u8 = 3;
+/// The most `[boot] tries` can be: the shipped GRUB counter counts down without GRUB's
+/// `increment` module, one `elif` a value (packaging/grub).
+pub const MAX_BOOT_TRIES: u8 = 9;
 /// The FleetLock group of a node that names none, as zincati's.
 pub const DEFAULT_GROUP: &str = "default";
 
@@ -59,6 +68,8 @@ pub struct Config {
     pub strategy: Strategy,
     /// How long one health check may run ([`crate::node::health`]).
     pub health_timeout: std::time::Duration,
+    /// `[boot] tries`: the `boot_counter` staging arms GRUB's fallback with.
+    pub boot_tries: u8,
     /// The drop-ins read, in order (for messages).
     pub files: Vec<PathBuf>,
     /// The drop-in each key that is set came from (`reboot.strategy`, …); the others are
@@ -71,6 +82,7 @@ impl Default for Config {
         Config {
             strategy: Strategy::default(),
             health_timeout: crate::node::health::DEFAULT_TIMEOUT,
+            boot_tries: DEFAULT_BOOT_TRIES,
             files: Vec::new(),
             sources: BTreeMap::new(),
         }
@@ -82,6 +94,13 @@ impl Default for Config {
 struct DropIn {
     reboot: Option<RebootSection>,
     health: Option<HealthSection>,
+    boot: Option<BootSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BootSection {
+    tries: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -121,6 +140,7 @@ impl Config {
         files.retain(|p| p.extension().is_some_and(|e| e == "toml"));
         let (mut strategy, mut base_url, mut group) = (None, None, None);
         let mut health_timeout = None;
+        let mut boot_tries = None;
         for file in &files {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
@@ -135,6 +155,14 @@ impl Config {
                 );
                 health_timeout = Some((std::time::Duration::from_secs(timeout), file.clone()));
             }
+            if let Some(tries) = drop_in.boot.and_then(|b| b.tries) {
+                ensure!(
+                    (1..=i64::from(MAX_BOOT_TRIES)).contains(&tries),
+                    "{}: boot.tries must be 1 to {MAX_BOOT_TRIES} (boots of a new deployment before GRUB falls back), not {tries}",
+                    file.display()
+                );
+                boot_tries = Some((tries as u8, file.clone()));
+            }
             let Some(reboot) = drop_in.reboot else { continue };
             strategy = reboot.strategy.map(|s| (s, file.clone())).or(strategy);
             if let Some(fleet_lock) = reboot.fleet_lock {
@@ -148,6 +176,9 @@ impl Config {
         }
         if let Some((_, file)) = &health_timeout {
             sources.insert("health.timeout", file.clone());
+        }
+        if let Some((_, file)) = &boot_tries {
+            sources.insert("boot.tries", file.clone());
         }
         let strategy = match strategy.map_or(StrategyName::Immediate, |(s, _)| s) {
             StrategyName::Immediate => Strategy::Immediate,
@@ -190,6 +221,7 @@ impl Config {
         Ok(Config {
             strategy,
             health_timeout: health_timeout.map_or(crate::node::health::DEFAULT_TIMEOUT, |(t, _)| t),
+            boot_tries: boot_tries.map_or(DEFAULT_BOOT_TRIES, |(t, _)| t),
             files,
             sources,
         })
@@ -228,6 +260,11 @@ impl Config {
             "health.timeout",
             self.health_timeout.as_secs().to_string(),
             from("health.timeout"),
+        ));
+        keys.push((
+            "boot.tries",
+            self.boot_tries.to_string(),
+            from("boot.tries"),
         ));
         keys
     }
@@ -285,6 +322,18 @@ mod tests {
         let config = Config::load(&etc).unwrap();
         assert_eq!(config.strategy, Strategy::Immediate);
         assert_eq!(config.keys()[0].2, None);
+    }
+
+    #[test]
+    fn boot_tries_default_to_greenboots_and_are_bounded() {
+        assert_eq!(load(&[]).unwrap().boot_tries, 3);
+        let config = load(&[("10-a.toml", "[boot]\ntries = 1\n"), ("20-b.toml", "[boot]\ntries = 9\n")]).unwrap();
+        assert_eq!(config.boot_tries, 9);
+        assert!(config.keys().contains(&("boot.tries", "9".into(), config.sources.get("boot.tries").map(PathBuf::as_path))));
+        for bad in ["0", "10", "-1"] {
+            let e = load(&[("50-x.toml", &format!("[boot]\ntries = {bad}\n"))]).unwrap_err().to_string();
+            assert!(e.contains("50-x.toml") && e.contains("boot.tries") && e.contains(bad), "{e}");
+        }
     }
 
     #[test]

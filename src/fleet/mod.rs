@@ -31,7 +31,7 @@ use crate::node::events::Target;
 use crate::node::reboot;
 use crate::node::state::StateFile;
 use crate::sysroot::finalize::Unlocked;
-use config::{FleetLock, Strategy};
+use config::{Config, FleetLock, Strategy};
 use fleet_lock::{Answer, Client};
 use slot::{Records, Slot};
 
@@ -55,20 +55,20 @@ pub struct Node {
     pub state_dir: PathBuf,
 }
 
-/// Reboots into the staged update as `strategy` says. Returns once the reboot was asked for,
-/// or when the strategy leaves it to someone else.
-pub async fn reboot(strategy: &Strategy, node: &Node, target: &Target) -> Result<()> {
-    reboot_or_leave(strategy, node, target, Path::new(SENTINEL)).await
+/// Reboots into the staged update as the configured strategy says. Returns once the reboot was
+/// asked for, or when the strategy leaves it to someone else.
+pub async fn reboot(config: &Config, node: &Node, target: &Target) -> Result<()> {
+    reboot_or_leave(config, node, target, Path::new(SENTINEL)).await
 }
 
 /// [`reboot()`], with kured's sentinel at `sentinel`.
 async fn reboot_or_leave(
-    strategy: &Strategy,
+    config: &Config,
     node: &Node,
     target: &Target,
     sentinel: &Path,
 ) -> Result<()> {
-    match strategy {
+    match &config.strategy {
         Strategy::Immediate => reboot::reboot(target, "rebooting into the new deployment"),
         Strategy::Never => {
             tracing::info!(
@@ -88,7 +88,8 @@ async fn reboot_or_leave(
         Strategy::FleetLock(lock) => {
             take_slot(lock, node).await?;
             let sysroot = node.sysroot.clone();
-            let unlocked = tokio::task::spawn_blocking(move || unlock(&sysroot)).await??;
+            let tries = config.boot_tries;
+            let unlocked = tokio::task::spawn_blocking(move || unlock(&sysroot, tries)).await??;
             if let Some(unlocked) = unlocked.filter(|u| u.was_locked) {
                 tracing::info!("unlocked the staged deployment {}", unlocked.commit);
             }
@@ -155,8 +156,8 @@ pub const SLOT_GRANTED_REBOOT: &str = "rebooting into the new deployment (FleetL
 /// reboot it now needs, and records that the last attempt is no longer locked: a deployment
 /// then missing at the next boot is a finalization that failed, not a reboot that came before
 /// the unlock.
-pub fn unlock(sysroot: &Path) -> Result<Option<Unlocked>> {
-    let unlocked = crate::sysroot::finalize::unlock_staged(sysroot)?;
+pub fn unlock(sysroot: &Path, boot_tries: u8) -> Result<Option<Unlocked>> {
+    let unlocked = crate::sysroot::finalize::unlock_staged(sysroot, boot_tries)?;
     if let Some(u) = unlocked.as_ref().filter(|u| u.was_locked) {
         let state_file = StateFile::for_stateroot(sysroot, &u.stateroot);
         let recorded = state_file.load().and_then(|mut state| {
@@ -281,7 +282,15 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
-            .block_on(reboot_or_leave(strategy, &node, &Target::default(), sentinel))
+            .block_on(reboot_or_leave(
+                &Config {
+                    strategy: strategy.clone(),
+                    ..Config::default()
+                },
+                &node,
+                &Target::default(),
+                sentinel,
+            ))
     }
 
     #[test]

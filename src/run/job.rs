@@ -55,6 +55,8 @@ pub(crate) struct Job {
     pub(crate) ostree_remote: Option<String>,
     /// `--lock-finalization`: stage so that only `pivot finalize` lets a reboot apply it.
     pub(crate) lock_finalization: bool,
+    /// `[boot] tries`: how often GRUB boots the staged deployment before it falls back.
+    pub(crate) boot_tries: u8,
 }
 
 impl Job {
@@ -143,6 +145,7 @@ impl Job {
             &origin,
             &self.kargs,
             self.lock_finalization,
+            self.boot_tries,
         )
             .with_context(|| format!("deploying commit {commit}"))?;
         Ok(Some((commit, Some(deployed))))

@@ -88,7 +88,7 @@ pub struct Report {
     /// The target, for the journal.
     pub target: Target,
     /// How the node reboots into what this run staged (`/etc/pivot/config.d`).
-    pub strategy: crate::fleet::config::Strategy,
+    pub config: crate::fleet::config::Config,
     /// The node, for the reboot.
     pub node: crate::fleet::Node,
 }
@@ -197,6 +197,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
         },
         reboot_pending: false,
         unrecorded: None,
+        boot_tries: config.boot_tries,
         found: None,
         held: false,
         fleet_locked,
@@ -247,7 +248,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
             unrecorded: run.unrecorded,
             booted: local.booted,
             target: run.target,
-            strategy: config.strategy,
+            config,
             node: node_of(&opts.sysroot, &local),
         }),
         Err(e) => Err(Reported(e).into()),
@@ -285,6 +286,8 @@ struct Run<'a> {
     reboot_pending: bool,
     /// See [`Report::unrecorded`].
     unrecorded: Option<String>,
+    /// `[boot] tries`, for GRUB's fallback when the deployment is staged.
+    boot_tries: u8,
     /// What a `--check` found.
     found: Option<state::CachedUpdate>,
     /// The target is held after a rollback: nothing was attempted.
@@ -452,6 +455,7 @@ impl Run<'_> {
             verified,
             ostree_remote: self.opts.ostree_remote.clone(),
             lock_finalization: self.opts.lock_finalization,
+            boot_tries: self.boot_tries,
         };
         let done = tokio::task::spawn_blocking(move || job.run()).await??;
         let Some((commit, deployed)) = done else {

@@ -165,6 +165,7 @@ pub fn deploy(
     origin: &glib::KeyFile,
     kargs: &[Edit],
     lock_finalization: bool,
+    boot_tries: u8,
 ) -> Result<Deployed> {
     let cancellable = gio::Cancellable::NONE;
     let merge = sysroot.merge_deployment(Some(stateroot));
@@ -216,7 +217,7 @@ pub fn deploy(
         // A locked deployment cannot boot before its unlock, which arms it then
         // ([`crate::sysroot::finalize`]).
         if !lock {
-            arm_boot_once(sysroot);
+            arm_boot_once(sysroot, boot_tries);
         }
         staged
     } else {
@@ -250,16 +251,17 @@ pub fn deploy(
     })
 }
 
-/// On GRUB, the staged deployment boots once until `pivot confirm` keeps it
+/// On GRUB, the staged deployment boots at most `tries` times until `pivot confirm` keeps it
 /// ([`crate::sysroot::grubenv`]). The deployment is staged either way: a block that cannot be
 /// written costs the fallback, not the update.
-pub(crate) fn arm_boot_once(sysroot: &ostree::Sysroot) {
+pub(crate) fn arm_boot_once(sysroot: &ostree::Sysroot, tries: u8) {
     let Some(root) = ostree::gio::prelude::FileExt::path(&sysroot.path()) else {
         return;
     };
-    match crate::sysroot::grubenv::arm(&root) {
+    match crate::sysroot::grubenv::arm(&root, tries) {
         Ok(Some(block)) => tracing::info!(
-            "GRUB boots the new deployment once until pivot confirm keeps it ({})",
+            "GRUB boots the new deployment at most {tries} time{} until pivot confirm keeps it ({})",
+            if tries == 1 { "" } else { "s" },
             block.display()
         ),
         Ok(None) => {}

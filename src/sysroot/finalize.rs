@@ -19,7 +19,7 @@ pub struct Unlocked {
 
 /// Unlocks the staged deployment, if one is staged; the GRUB boot-once is armed with the
 /// unlock, since only now can the next reboot start it ([`crate::sysroot::grubenv`]).
-pub fn unlock_staged(sysroot_path: &Path) -> Result<Option<Unlocked>> {
+pub fn unlock_staged(sysroot_path: &Path, boot_tries: u8) -> Result<Option<Unlocked>> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
     let Some(staged) = sysroot.staged_deployment() else {
         return Ok(None);
@@ -30,7 +30,7 @@ pub fn unlock_staged(sysroot_path: &Path) -> Result<Option<Unlocked>> {
         Err(e) => return Err(e).with_context(|| format!("removing {STAGED_LOCKED}")),
     };
     if was_locked {
-        crate::sysroot::deploy::arm_boot_once(&sysroot);
+        crate::sysroot::deploy::arm_boot_once(&sysroot, boot_tries);
     }
     Ok(Some(Unlocked {
         commit: staged.csum().to_string(),

@@ -7,7 +7,8 @@
 //! snippet whichever of the two arms it (Fedora and RHEL ship it as `08_fallback_counting`;
 //! docs/boot.md has a version for GRUBs without the `increment` module, such as Debian's):
 //!
-//! - staging a deployment on the booted system sets `boot_success=0` and `boot_counter=1`;
+//! - staging a deployment on the booted system sets `boot_success=0` and `boot_counter` to
+//!   `[boot] tries` (3 unless configured, greenboot's default);
 //! - GRUB, at each boot with `boot_success=0`, counts `boot_counter` down and once it has run
 //!   out boots entry 1 (on OSTree systems the previous deployment) and sets `boot_counter=-1`;
 //! - `pivot confirm`, at every boot, settles it: sets `boot_success=1` and removes
@@ -177,14 +178,15 @@ pub fn save(path: &Path, env: &Env) -> Result<()> {
     written.with_context(|| format!("writing {}", path.display()))
 }
 
-/// Arms boot-once for the deployment just staged. Returns the block armed, if the node has one.
-pub fn arm(root: &Path) -> Result<Option<PathBuf>> {
+/// Arms the fallback for the deployment just staged: GRUB boots it at most `tries` times.
+/// Returns the block armed, if the node has one.
+pub fn arm(root: &Path, tries: u8) -> Result<Option<PathBuf>> {
     let Some(path) = find(root) else {
         return Ok(None);
     };
     let mut env = load(&path)?;
     env.set(SUCCESS, "0");
-    env.set(COUNTER, "1");
+    env.set(COUNTER, &tries.to_string());
     save(&path, &env)?;
     Ok(Some(path))
 }
@@ -236,7 +238,7 @@ mod tests {
             let link = root.path().join("boot/grub2/grubenv");
             let _ = std::fs::remove_file(&link);
             std::os::unix::fs::symlink(target, &link).unwrap();
-            let armed = arm(root.path()).unwrap().unwrap();
+            let armed = arm(root.path(), 1).unwrap().unwrap();
             assert_eq!(
                 armed.canonicalize().unwrap(),
                 efi.join("grubenv").canonicalize().unwrap()
@@ -285,12 +287,13 @@ mod tests {
     #[test]
     fn arm_and_settle_touch_only_a_block_that_exists() {
         let root = tempfile::tempdir().unwrap();
-        assert_eq!(arm(root.path()).unwrap(), None);
+        assert_eq!(arm(root.path(), 3).unwrap(), None);
         assert!(!root.path().join("boot").exists());
         let dir = root.path().join("boot/grub");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("grubenv"), block("menu_auto_hide=1\n")).unwrap();
-        assert_eq!(arm(root.path()).unwrap(), Some(dir.join("grubenv")));
+        assert_eq!(arm(root.path(), 3).unwrap(), Some(dir.join("grubenv")));
+        assert_eq!(load(&dir.join("grubenv")).unwrap().get(COUNTER), Some("3"));
         assert_eq!(boot_once(root.path()).unwrap(), BootOnce::Pending);
         settle(root.path()).unwrap();
         let env = load(&dir.join("grubenv")).unwrap();

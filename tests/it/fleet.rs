@@ -477,6 +477,7 @@ fn config_shows_where_each_value_comes_from() {
     assert!(line("reboot.strategy").ends_with("usr/lib/pivot/config.d/10-fleet.toml"));
     assert!(line("reboot.fleet_lock.group").ends_with("etc/pivot/config.d/50-group.toml"));
     assert!(line("health.timeout").ends_with("# (default)"), "{text}");
+    assert!(line("boot.tries").starts_with("boot.tries = 3 "), "{text}");
     assert!(text.contains("usr/lib/pivot/health.d/10-runtime"), "{text}");
 
     // Masked by the admin: the default again, and the check gone.

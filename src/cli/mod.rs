@@ -1,18 +1,18 @@
-//! Command-line interface, compatible with openshift/pivot's flags.
-// The doc comments of the arguments are clap's help text, written for a terminal: brackets
-// there are optional parts, `<name>` placeholders, not rustdoc links or HTML.
-#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+//! Command-line interface, compatible with openshift/pivot's flags: the definition is in
+//! [`args`]; this module runs it.
+
+pub mod args;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::Parser;
 
 use crate::fetch::config::auth::AuthFiles;
 use crate::fetch::registry::Access;
-use crate::fetch::retry::{self, RetryPolicy};
+use crate::fetch::retry::RetryPolicy;
 use crate::fleet::config::{Config, Strategy};
 use crate::fleet::{self, Released};
 use crate::node::confirm::Verdict;
@@ -23,208 +23,11 @@ use crate::run::confirm::Done;
 use crate::run::{self, Outcome};
 use crate::sysroot::kargs::Edit;
 
-/// Exit codes, in one place: `--help`, the man page and docs/usage.md say the same.
-pub const EXIT_STATUS: &str = "\
-Exit status:
-  0   done: a deployment was made, or nothing was to be done; with --check, an update is available
-  1   failed: the message names the step and the cause (pivot confirm: the last pivot did not take effect, or a health check failed)
-  2   usage error
-  77  nothing to do, with --unchanged-exit-77 or --check";
+pub use args::*;
 
-/// Move this OSTree system to the OS in an oscontainer image.
-///
-/// With no PULLSPEC, the pullspec is read from /etc/pivot/image-pullspec (first boot).
-#[derive(Debug, Parser)]
-#[command(
-    name = "pivot",
-    version,
-    args_conflicts_with_subcommands = true,
-    after_long_help = EXIT_STATUS
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
-    #[command(flatten)]
-    pub pivot: PivotArgs,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Show the deployments and pivot's last attempt.
-    Status(StatusArgs),
-    /// At boot: record whether the node runs what the last pivot deployed (pivot-confirm.service).
-    ///
-    /// On the first boot of a target, runs the health checks in /etc/pivot/health.d; when one
-    /// fails, makes the previous deployment the default and reboots into it (once per target).
-    /// Exits 1 when the node does not run the target, or a check failed, with the reason, which
-    /// `pivot status` then shows too.
-    Confirm(ConfirmArgs),
-    /// Make the previous deployment the default again (an update pending on the booted system
-    /// is dropped instead), as `rpm-ostree rollback` does.
-    ///
-    /// The pullspec file's target is then held: the first-boot pivot does not move the node
-    /// back to it until /etc/pivot/image-pullspec names another image.
-    Rollback(RollbackArgs),
-    /// Let the next reboot apply the deployment `--lock-finalization` staged.
-    ///
-    /// With `--reboot` under the reboot strategy fleet_lock, the FleetLock slot is taken first.
-    Finalize(FinalizeArgs),
-    /// Show the configuration in effect: each key, its value, and the drop-in that set it.
-    ///
-    /// Drop-ins are read from /usr/lib/pivot/config.d (the image's defaults) and
-    /// /etc/pivot/config.d (the admin's, replacing or masking the image's by name); health
-    /// checks from /usr/lib/pivot/health.d and /etc/pivot/health.d, the same way.
-    Config(ConfigArgs),
-    /// Give the node's FleetLock reboot slot back (pivot-steady-state.service, at boot).
-    ///
-    /// Tells the server the slot an earlier boot asked for (/var/lib/pivot/fleet-lock.json) is
-    /// free again, asking until it says yes; nothing to do when no slot was asked for, or only
-    /// in this boot. Exits 1 only when the server refuses for good (a 4xx other than 408, 423
-    /// and 429); the record then stays for the next try.
-    SteadyState(SteadyStateArgs),
-    /// Print the man page (roff) generated from this command line, for packaging.
-    #[command(hide = true)]
-    Man,
-    /// Print shell completions (bash, zsh, fish, …), for packaging.
-    #[command(hide = true)]
-    Completions { shell: clap_complete::Shell },
-}
-
-#[derive(Debug, Args)]
-pub struct FinalizeArgs {
-    /// Then reboot into it, as the reboot strategy (/etc/pivot/config.d) allows.
-    #[arg(short, long)]
-    pub reboot: bool,
-    #[arg(long, value_name = "PATH", default_value = "/")]
-    pub sysroot: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct RollbackArgs {
-    /// Reboot (through systemd) into the deployment made the default.
-    #[arg(short, long)]
-    pub reboot: bool,
-    #[arg(long, value_name = "PATH", default_value = "/")]
-    pub sysroot: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct ConfirmArgs {
-    #[arg(long, value_name = "PATH", default_value = "/")]
-    pub sysroot: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct ConfigArgs {
-    #[arg(long, value_name = "PATH", default_value = "/")]
-    pub sysroot: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct SteadyStateArgs {
-    #[arg(long, value_name = "PATH", default_value = "/")]
-    pub sysroot: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct PivotArgs {
-    /// Image to move to: [docker://]host[:port]/path[:tag][@sha256:<digest>], or an OCI layout
-    /// on this machine: oci:DIR[:tag] or oci-archive:FILE[:tag].
-    pub pullspec: Option<String>,
-    /// Reboot (through systemd) if a new deployment was staged, or one is still pending.
-    #[arg(short, long)]
-    pub reboot: bool,
-    /// Also keep the imported commit under the ref pivot/<repository>, so it survives the
-    /// removal of its deployment.
-    #[arg(short, long)]
-    pub keep: bool,
-    /// Exit with 77 instead of 0 when the system is already at the target.
-    #[arg(long = "unchanged-exit-77")]
-    pub unchanged_exit_77: bool,
-    /// The OSTree sysroot to act on; a sysroot that is not the booted system is deployed to
-    /// directly instead of staged.
-    #[arg(long, value_name = "PATH", default_value = "/")]
-    pub sysroot: PathBuf,
-    /// Stateroot (osname) to deploy to; default: that of the booted (or default) deployment.
-    #[arg(long, value_name = "NAME")]
-    pub stateroot: Option<String>,
-    /// Registry credentials (containers-auth.json); default: $REGISTRY_AUTH_FILE, then
-    /// /run/ostree/auth.json, /etc/ostree/auth.json, /usr/lib/ostree/auth.json and
-    /// /var/lib/kubelet/config.json.
-    #[arg(long, value_name = "PATH")]
-    pub authfile: Option<PathBuf>,
-    /// Directory of *.crt CAs to trust and a *.cert/*.key client certificate to present, to use
-    /// instead of /etc/containers/certs.d/<host[:port]>/.
-    #[arg(long, value_name = "DIR")]
-    pub cert_dir: Option<PathBuf>,
-    /// Signature policy (containers-policy.json) images must satisfy before any layer is
-    /// fetched; default: /etc/containers/policy.json, and without it no signature is checked.
-    #[arg(long, value_name = "PATH")]
-    pub policy: Option<PathBuf>,
-    /// Directory of containers-registries.d *.yaml files naming where signatures are kept;
-    /// default: /etc/containers/registries.d.
-    #[arg(long = "registries.d", value_name = "DIR")]
-    pub registries_d: Option<PathBuf>,
-    /// The image's OSTree commit must be signed by a key of this OSTree remote of the sysroot's
-    /// repo (its gpg-verify keys, or sign-verify ed25519 keys), checked before it is deployed.
-    #[arg(long, value_name = "NAME")]
-    pub ostree_remote: Option<String>,
-    /// Stage the deployment locked: a reboot applies it only after `pivot finalize` (an
-    /// unplanned reboot keeps the current OS, and the update is staged again at boot).
-    #[arg(long, conflicts_with_all = ["reboot", "check", "download_only"])]
-    pub lock_finalization: bool,
-    /// Verify registries' TLS certificates (--tls-verify=false turns it off, with a warning).
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
-    pub tls_verify: bool,
-    /// Write progress as JSON Lines to this open file descriptor (shape in docs/usage.md).
-    #[arg(long, value_name = "FD")]
-    pub progress_fd: Option<i32>,
-    /// Seconds one transient registry fault may be retried, counted from the last progress (a
-    /// byte that arrived): a long pull survives any number of drops, a registry that stays
-    /// down fails the run after this long.
-    #[arg(long, value_name = "SECONDS", env = "PIVOT_RETRY_TIMEOUT", default_value_t = retry::DEFAULT_BUDGET.as_secs())]
-    pub retry_timeout: u64,
-    /// Keep the downloaded bytes of the layers in flight on disk (of a gzip layer, those since
-    /// its last checkpoint), so that a killed pivot resumes them (--partial-downloads=false
-    /// saves that space: a few MiB per layer in flight, whole zstd layers; pivot also does
-    /// without them when the repo has room for the objects only).
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
-    pub partial_downloads: bool,
-    /// Add a kernel argument to the new deployment (repeatable; whole-token match, see
-    /// /etc/pivot/kernel-args in docs/usage.md).
-    #[arg(long, value_name = "ARG", value_parser = karg)]
-    pub karg_append: Vec<String>,
-    /// Remove a kernel argument from the new deployment (repeatable; whole-token match).
-    #[arg(long, value_name = "ARG", value_parser = karg)]
-    pub karg_delete: Vec<String>,
-    /// Only check: fetch the manifest and config, print what a pivot would change (version,
-    /// commit, bytes to download), write nothing. Exits 0 if there is an update, 77 if not.
-    #[arg(long, conflicts_with = "reboot")]
-    pub check: bool,
-    /// Pull and import the image, deploy nothing. The commit is kept (refs pivot/<repository>
-    /// and pivot/downloaded/[native/]<digest>), and a later `pivot host/path@<digest>` deploys it
-    /// without contacting the registry.
-    #[arg(long, conflicts_with_all = ["reboot", "check"])]
-    pub download_only: bool,
-}
-
+/// The kernel-argument check of `--karg-append` and `--karg-delete` ([`args`] names it).
 fn karg(arg: &str) -> Result<String, String> {
     crate::sysroot::kargs::check_arg(arg).map_err(|e| e.to_string())
-}
-
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    #[arg(long, value_name = "PATH", default_value = "/")]
-    pub sysroot: PathBuf,
-    /// Print JSON (shape in docs/usage.md, schema in docs/status.schema.json).
-    #[arg(long)]
-    pub json: bool,
-    /// The JSON shape to print: 1 (the only one so far; `apiVersion` pivot.openshift.io/v1).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1))]
-    pub format_version: u32,
-    /// Show only the booted deployment.
-    #[arg(long)]
-    pub booted: bool,
 }
 
 /// Exit codes, as documented in docs/usage.md.
@@ -295,22 +98,13 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                 bail!("{NOTHING_STAGED}");
             }
             // The slot before the unlock: an unlocked deployment is applied by any reboot.
-            let fleet = match args.reboot {
-                true => Some(run::fleet_node(&args.sysroot)?),
-                false => None,
-            };
-            if let Some((
-                node,
-                Config {
-                    strategy: Strategy::FleetLock(lock),
-                    ..
-                },
-            )) = &fleet
-            {
-                fleet::take_slot(lock, node).await?;
+            let (node, config) = run::fleet_node(&args.sysroot)?;
+            if let (true, Strategy::FleetLock(lock)) = (args.reboot, &config.strategy) {
+                fleet::take_slot(lock, &node).await?;
             }
             let sysroot = args.sysroot.clone();
-            let unlocked = tokio::task::spawn_blocking(move || fleet::unlock(&sysroot))
+            let tries = config.boot_tries;
+            let unlocked = tokio::task::spawn_blocking(move || fleet::unlock(&sysroot, tries))
                 .await??
                 .ok_or_else(|| anyhow::anyhow!("{NOTHING_STAGED}"))?;
             match unlocked.was_locked {
@@ -320,7 +114,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                     unlocked.commit
                 ),
             }
-            if let Some((node, config)) = fleet {
+            if args.reboot {
                 let target = events::Target {
                     commit: unlocked.commit,
                     ..Default::default()
@@ -328,7 +122,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                 match &config.strategy {
                     // The slot is held and the deployment unlocked: only the reboot is left.
                     Strategy::FleetLock(_) => reboot::reboot(&target, fleet::SLOT_GRANTED_REBOOT)?,
-                    strategy => fleet::reboot(strategy, &node, &target).await?,
+                    _ => fleet::reboot(&config, &node, &target).await?,
                 }
             }
             Ok(Exit::Success)
@@ -374,14 +168,6 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                     );
                 }
             }
-            Ok(Exit::Success)
-        }
-        Some(Command::Man) => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            Ok(Exit::Success)
-        }
-        Some(Command::Completions { shell }) => {
-            clap_complete::generate(shell, &mut Cli::command(), "pivot", &mut std::io::stdout());
             Ok(Exit::Success)
         }
         None => run_pivot(cli.pivot, progress).await,
@@ -564,7 +350,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             );
         }
         if report.booted {
-            fleet::reboot(&report.strategy, &report.node, &report.target).await?;
+            fleet::reboot(&report.config, &report.node, &report.target).await?;
         } else {
             tracing::warn!(
                 "not rebooting: {} is not the booted system",
@@ -573,7 +359,7 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         }
     }
     if !args.reboot && report.outcome == Outcome::Staged {
-        if let Strategy::FleetLock(lock) = &report.strategy {
+        if let Strategy::FleetLock(lock) = &report.config.strategy {
             tracing::info!(
                 "staged with its finalization locked (reboot strategy fleet_lock): `pivot finalize --reboot` takes a reboot slot from {} and reboots into it; a reboot before that keeps the current OS",
                 lock.base_url
@@ -586,4 +372,15 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         }
         _ => Exit::Success,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_documented_retry_default_is_the_budget() {
+        assert_eq!(
+            super::RETRY_TIMEOUT_DEFAULT,
+            crate::fetch::retry::DEFAULT_BUDGET.as_secs()
+        );
+    }
 }
