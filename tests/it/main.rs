@@ -20,6 +20,7 @@ mod native;
 mod network;
 mod offline;
 mod outcomes;
+mod packaging;
 mod pivots;
 mod proxies;
 mod prune;

@@ -1,0 +1,347 @@
+//! What pivot's packages install, built the way packagers build them: packaging/install's tree
+//! (the one list the .deb, the RPM and a hand install share), the Debian package made by
+//! packaging/deb from the binary under test, the RPM spec linted and built as a source RPM,
+//! the shipped GRUB counter, and the confinement of the shipped units. The VM suite installs
+//! the same .deb with `dpkg -i` into every OS image it boots.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn assets() -> PathBuf {
+    Path::new(env!("OUT_DIR")).join("assets")
+}
+
+/// Every file and directory under `root`, as absolute paths of the image.
+fn tree(root: &Path) -> BTreeSet<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            out.insert(format!("/{}", path.strip_prefix(root).unwrap().display()));
+            if path.is_dir() && !path.is_symlink() {
+                walk(root, &path, out);
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn install(zsh_dir: &str) -> (tempfile::TempDir, BTreeSet<String>) {
+    let dest = tempfile::tempdir().unwrap();
+    run(Command::new(Path::new(REPO).join("packaging/install"))
+        .arg("--binary")
+        .arg(env!("CARGO_BIN_EXE_pivot"))
+        .arg("--assets")
+        .arg(assets())
+        .arg("--zsh-dir")
+        .arg(zsh_dir)
+        .arg(dest.path()));
+    let files = tree(dest.path());
+    (dest, files)
+}
+
+/// The files pivot ships, directories left out.
+const SHIPPED: &[&str] = &[
+    "/etc/grub.d/08_pivot_fallback_counting",
+    "/usr/bin/pivot",
+    "/usr/lib/dracut/dracut.conf.d/50-pivot-ostree.conf",
+    "/usr/lib/pivot/grub/pivot-fallback-counting.cfg",
+    "/usr/lib/systemd/catalog/pivot.catalog",
+    "/usr/lib/systemd/system-preset/80-pivot.preset",
+    "/usr/lib/systemd/system/pivot-confirm.service",
+    "/usr/lib/systemd/system/pivot-steady-state.service",
+    "/usr/lib/systemd/system/pivot.service",
+    "/usr/share/bash-completion/completions/pivot",
+    "/usr/share/fish/vendor_completions.d/pivot.fish",
+    "/usr/share/man/man1/pivot-config.1",
+    "/usr/share/man/man1/pivot-confirm.1",
+    "/usr/share/man/man1/pivot-finalize.1",
+    "/usr/share/man/man1/pivot-rollback.1",
+    "/usr/share/man/man1/pivot-status.1",
+    "/usr/share/man/man1/pivot-steady-state.1",
+    "/usr/share/man/man1/pivot.1",
+    "/usr/share/man/man5/pivot-health.5",
+    "/usr/share/man/man5/pivot.toml.5",
+    "/usr/share/zsh/vendor-completions/_pivot",
+];
+
+#[test]
+fn install_lays_out_what_pivot_ships() {
+    let (dest, files) = install("usr/share/zsh/vendor-completions");
+    let regular: BTreeSet<String> = files
+        .iter()
+        .filter(|f| dest.path().join(&f[1..]).is_file())
+        .cloned()
+        .collect();
+    let expected: BTreeSet<String> = SHIPPED.iter().map(|s| s.to_string()).collect();
+    assert_eq!(regular, expected);
+    // The image's drop-in directories exist, empty, for image builders to fill.
+    for dir in ["/usr/lib/pivot/config.d", "/usr/lib/pivot/health.d"] {
+        assert!(files.contains(dir), "{dir} missing");
+    }
+    let mode = |p: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(dest.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode("usr/bin/pivot"), 0o755);
+    assert_eq!(mode("etc/grub.d/08_pivot_fallback_counting"), 0o755);
+    assert_eq!(mode("usr/lib/systemd/system/pivot.service"), 0o644);
+    // The preset enables the three units the package ships.
+    let preset = std::fs::read_to_string(
+        dest.path()
+            .join("usr/lib/systemd/system-preset/80-pivot.preset"),
+    )
+    .unwrap();
+    for unit in [
+        "pivot.service",
+        "pivot-confirm.service",
+        "pivot-steady-state.service",
+    ] {
+        assert!(preset.contains(&format!("enable {unit}\n")), "{preset}");
+    }
+}
+
+#[test]
+fn the_deb_names_its_libraries_and_keeps_the_grub_script_as_a_conffile() {
+    let out = tempfile::tempdir().unwrap();
+    let deb = run(Command::new(Path::new(REPO).join("packaging/deb"))
+        .arg("--binary")
+        .arg(env!("CARGO_BIN_EXE_pivot"))
+        .arg("--assets")
+        .arg(assets())
+        .arg("--out")
+        .arg(out.path())
+        .arg("--fast"));
+    let deb = deb.trim();
+    assert!(
+        deb.ends_with("_amd64.deb") && Path::new(deb).is_file(),
+        "{deb}"
+    );
+    let field = |name: &str| run(Command::new("dpkg-deb").args(["-f", deb, name]));
+    let depends = field("Depends");
+    for dep in ["libostree-1-1", "libssl3", "libc6", "ostree-boot"] {
+        assert!(depends.contains(dep), "Depends: {depends}");
+    }
+    assert_eq!(field("Package").trim(), "pivot");
+    let version = field("Version");
+    assert!(version.starts_with(env!("CARGO_PKG_VERSION")), "{version}");
+    let control = tempfile::tempdir().unwrap();
+    run(Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(deb)
+        .arg(control.path()));
+    let conffiles = std::fs::read_to_string(control.path().join("conffiles")).unwrap();
+    assert_eq!(conffiles, "/etc/grub.d/08_pivot_fallback_counting\n");
+    let postinst = std::fs::read_to_string(control.path().join("postinst")).unwrap();
+    assert!(
+        postinst.contains("preset") && !postinst.contains(" start "),
+        "{postinst}"
+    );
+
+    let listed: BTreeSet<String> = run(Command::new("dpkg-deb").arg("-c").arg(deb))
+        .lines()
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .last()
+                .map(|p| p.trim_start_matches('.').to_string())
+        })
+        .collect();
+    let mut expected: BTreeSet<String> = SHIPPED.iter().map(|s| s.to_string()).collect();
+    expected.insert("/usr/share/doc/pivot/copyright".into());
+    assert_eq!(listed, expected);
+}
+
+/// rpmspec's expansion of the spec's `%files`, as paths and globs. Debian's rpm has no
+/// systemd-rpm-macros: its two directories are given as Fedora's macros.systemd defines them.
+fn spec_files(spec: &str) -> Vec<String> {
+    let parsed = run(Command::new("rpmspec")
+        .args(["--define", "_unitdir /usr/lib/systemd/system"])
+        .args(["--define", "_presetdir /usr/lib/systemd/system-preset"])
+        .arg("-P")
+        .arg(spec));
+    let files = parsed.split("\n%files\n").nth(1).expect("a %files section");
+    files
+        .lines()
+        .take_while(|l| !l.starts_with("%changelog"))
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter(|l| !l.starts_with("%license") && !l.starts_with("%doc"))
+        .map(|l| l.split_whitespace().last().unwrap().to_string())
+        .collect()
+}
+
+/// `pattern` (`*` within a name) matches `path`, or names a directory that holds it.
+fn owns(pattern: &str, path: &str) -> bool {
+    fn glob(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => {
+                glob(&p[1..], s) || (!s.is_empty() && s[0] != b'/' && glob(p, &s[1..]))
+            }
+            (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    glob(pattern.as_bytes(), path.as_bytes()) || path.starts_with(&format!("{pattern}/"))
+}
+
+#[test]
+fn the_rpm_spec_lints_clean_builds_a_source_rpm_and_owns_every_installed_file() {
+    let spec = format!("{REPO}/packaging/pivot.spec");
+    // Every file packaging/install lays out (with Fedora's zsh directory) is in %files, and
+    // every %files entry is installed: rpmbuild fails on either mistake.
+    let (dest, installed) = install("usr/share/zsh/site-functions");
+    let entries = spec_files(&spec);
+    assert!(entries.len() > 10, "{entries:?}");
+    // Files, and pivot's own directories (the others belong to the filesystem's packages).
+    let owned = installed
+        .iter()
+        .filter(|p| dest.path().join(&p[1..]).is_file() || p.starts_with("/usr/lib/pivot"));
+    for path in owned {
+        assert!(
+            entries.iter().any(|e| owns(e, path)),
+            "{path} is installed but not in the spec's %files"
+        );
+    }
+    for entry in &entries {
+        assert!(
+            installed.iter().any(|p| owns(entry, p)),
+            "%files lists {entry}, which packaging/install does not install"
+        );
+    }
+
+    let out = tempfile::tempdir().unwrap();
+    let srpm = run(Command::new(format!("{REPO}/packaging/srpm")).arg(out.path()));
+    let srpm = srpm.trim();
+    assert!(
+        srpm.ends_with(".src.rpm") && Path::new(srpm).is_file(),
+        "{srpm}"
+    );
+    let contents = run(Command::new("rpm").args(["-qlp", srpm]));
+    let version = env!("CARGO_PKG_VERSION");
+    for file in [
+        "pivot.spec".to_string(),
+        format!("pivot-{version}.tar.gz"),
+        format!("pivot-{version}-vendor.tar.gz"),
+    ] {
+        assert!(
+            contents.lines().any(|l| l == file),
+            "{file} not in:\n{contents}"
+        );
+    }
+    let lint = run(Command::new("rpmlint")
+        .arg("-r")
+        .arg(format!("{REPO}/packaging/pivot.rpmlintrc"))
+        .arg(&spec)
+        .arg(srpm));
+    assert!(lint.contains("0 errors, 0 warnings"), "rpmlint:\n{lint}");
+}
+
+#[test]
+fn the_grub_counter_is_one_snippet_and_yields_to_greenboots() {
+    let script = format!("{REPO}/packaging/grub/08_pivot_fallback_counting");
+    let snippet =
+        std::fs::read_to_string(format!("{REPO}/packaging/grub/pivot-fallback-counting.cfg"))
+            .unwrap();
+    // What grub-mkconfig gets is the static configurations' snippet, and GRUB parses it.
+    let written = run(Command::new("sh").arg(&script));
+    assert_eq!(written, snippet);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("snippet.cfg"), &written).unwrap();
+    run(Command::new("grub-script-check").arg(dir.path().join("snippet.cfg")));
+    // It counts every value pivot may arm (1 to 9) down, without GRUB's `increment` module.
+    for n in 1..=pivot::fleet::config::MAX_BOOT_TRIES {
+        assert!(
+            snippet.contains(&format!("\"{n}\" ]; then set boot_counter={}", n - 1)),
+            "no step down from {n}"
+        );
+    }
+    assert!(!snippet
+        .lines()
+        .any(|l| !l.trim_start().starts_with('#') && l.contains("increment")));
+
+    // Beside Fedora's (greenboot's) counter, pivot's writes nothing that counts.
+    let grub_d = dir.path().join("grub.d");
+    std::fs::create_dir(&grub_d).unwrap();
+    std::fs::copy(&script, grub_d.join("08_pivot_fallback_counting")).unwrap();
+    let fedora = grub_d.join("08_fallback_counting");
+    std::fs::write(&fedora, "#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fedora, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let beside = run(Command::new("sh").arg(grub_d.join("08_pivot_fallback_counting")));
+    assert!(
+        beside.starts_with("# boot counting: ") && !beside.contains("boot_counter="),
+        "{beside}"
+    );
+    // A greenboot script that is not executable is not run by grub-mkconfig: pivot's counts.
+    std::fs::set_permissions(&fedora, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let alone = run(Command::new("sh").arg(grub_d.join("08_pivot_fallback_counting")));
+    assert_eq!(alone, snippet);
+}
+
+/// `systemd-analyze security --offline=true`'s overall exposure of a shipped unit.
+fn exposure(unit: &str) -> f64 {
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(format!("{REPO}/systemd/{unit}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no rating for {unit}: {out:?}"));
+    line.split(':')
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"))
+}
+
+/// The bar the units are held to (docs/hardening.md says what each protection costs).
+#[test]
+fn the_units_are_confined_to_at_most_5_0() {
+    for unit in [
+        "pivot.service",
+        "pivot-confirm.service",
+        "pivot-steady-state.service",
+    ] {
+        let rating = exposure(unit);
+        assert!(
+            rating <= 5.0,
+            "{unit} is rated {rating} by systemd-analyze security, above the bar of 5.0"
+        );
+    }
+    // Every unit runs only on a booted OSTree system.
+    for unit in [
+        "pivot.service",
+        "pivot-confirm.service",
+        "pivot-steady-state.service",
+    ] {
+        let text = std::fs::read_to_string(format!("{REPO}/systemd/{unit}")).unwrap();
+        assert!(
+            text.contains("\nConditionPathExists=/run/ostree-booted\n"),
+            "{unit}"
+        );
+    }
+}
