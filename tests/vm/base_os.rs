@@ -26,6 +26,8 @@ pub const PACKAGES: &[&str] = &[
     "ostree-boot",
     "dracut",
     "kmod",
+    // grub-mkconfig, which writes the UEFI guests' grub.cfg with pivot's shipped boot counter.
+    "grub-common",
 ];
 const KERNEL_PACKAGE: &str = "linux-image-amd64";
 const DRACUT_CONF: &str = include_str!("../../dracut/50-pivot-ostree.conf");
@@ -159,10 +161,10 @@ fn debootstrap(source: &AptSource, rootfs: &Path, debs: &Path, logs: &Path) -> R
 }
 
 /// /proc, /sys and /dev inside the chroot, for apt's maintainer scripts and dracut.
-struct ChrootBinds(Vec<Mount>);
+pub struct ChrootBinds(Vec<Mount>);
 
 impl ChrootBinds {
-    fn mount(rootfs: &Path) -> Result<ChrootBinds> {
+    pub fn mount(rootfs: &Path) -> Result<ChrootBinds> {
         let mut mounts = Vec::new();
         for dir in ["proc", "sys", "dev"] {
             mounts.push(Mount::bind(&Path::new("/").join(dir), &rootfs.join(dir))?);

@@ -80,7 +80,15 @@ pub fn deploy_v1(work: &Path, commits: &OsCommits) -> Result<PathBuf> {
     deploy.extend(KARGS.iter().map(|k| format!("--karg={k}")));
     deploy.push(V1_REF.into());
     ostree(&deploy.iter().map(String::as_str).collect::<Vec<_>>())?;
+    // The UEFI disks' grub.cfg, made once in the deployment, beside the sysroot.
+    let grub_cfg = firmware::mkconfig(&deployment_dir(&sysroot)?, work)?;
+    fs::write(grub_cfg_path(&sysroot), grub_cfg)?;
     Ok(sysroot)
+}
+
+/// Where [`deploy_v1`] keeps grub-mkconfig's grub.cfg for the UEFI disks of `sysroot`.
+fn grub_cfg_path(sysroot: &Path) -> PathBuf {
+    sysroot.with_file_name("grub.cfg")
 }
 
 fn ostree(args: &[&str]) -> Result<String> {
@@ -158,7 +166,8 @@ pub fn build(
     fs::rename(copy.join("boot"), &boot)?;
     fs::create_dir(copy.join("boot"))?;
     if firmware == Firmware::Uefi {
-        firmware::write_grub_files(&boot)?;
+        let grub_cfg = fs::read_to_string(grub_cfg_path(sysroot))?;
+        firmware::write_grub_files(&boot, &grub_cfg)?;
     }
 
     let raw = scratch.join("disk.raw");

@@ -1,17 +1,20 @@
 //! The two ways the guests boot, as nodes do:
 //! - BIOS: SeaBIOS → syslinux's MBR → extlinux on /boot, reading libostree's syslinux.cfg;
 //! - UEFI: OVMF (Debian's `ovmf`) → GRUB EFI (`BOOTX64.EFI`, made here with `grub-mkimage`
-//!   from `grub-efi-amd64-bin`) on an ESP → /boot/grub/grub.cfg (guest/grub.cfg).
+//!   from `grub-efi-amd64-bin`) on an ESP → /boot/grub/grub.cfg, which `grub-mkconfig` makes in
+//!   the v1 OS as a node's own would be made ([`mkconfig`]): with pivot's boot counter from its
+//!   package (/etc/grub.d/08_pivot_fallback_counting) and the entries script of the VM's OS
+//!   (guest/15_pivot_vm_entries).
 //!
 //! Why GRUB reads libostree's syslinux entries (`syslinux_source`) rather than libostree's
 //! grub2 backend: Debian 12's GRUB 2.06 has no `blscfg` module, and libostree's grub2 backend
-//! only detects Fedora's `/boot/grub2` layout and regenerates the whole configuration with
-//! `grub2-mkconfig` at every deploy (and at shutdown, for a staged one), which needs
-//! `grub-probe` on the real boot devices. The syslinux backend writes plain entries atomically
-//! and GRUB translates them at boot, so every deployment libostree writes is an entry GRUB
-//! boots, in libostree's order. The static grub.cfg around it carries the boot-once protocol
-//! pivot arms (src/sysroot/grubenv.rs), and its environment block lives on /boot, which the
-//! guest mounts, so pivot and GRUB share it.
+//! regenerates the whole configuration with `grub-mkconfig` at every deploy (and at shutdown,
+//! for a staged one), which needs `grub-probe` on the real boot devices. The syslinux backend
+//! writes plain entries atomically and GRUB translates them at boot (as `blscfg` reads BLS
+//! entries on Fedora), so every deployment libostree writes is an entry GRUB boots, in
+//! libostree's order, and grub.cfg itself is made once. Its counter carries the boot-once
+//! protocol pivot arms (src/sysroot/grubenv.rs), and its environment block lives on /boot,
+//! which the guest mounts, so pivot and GRUB share it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,8 +35,10 @@ pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 /// The ESP, appended after the root partition (partition 3, type 0xEF).
 pub const ESP_SIZE: u64 = 64 * 1024 * 1024;
-/// /boot/grub/grub.cfg.
-pub const GRUB_CFG: &str = include_str!("guest/grub.cfg");
+/// The stand-in for grub-probe while grub-mkconfig runs in the image ([`mkconfig`]).
+const GRUB_PROBE: &str = include_str!("guest/grub-probe");
+/// What pivot's package adds to grub.cfg: the counter's first line.
+pub const COUNTER_MARK: &str = "### BEGIN /etc/grub.d/08_pivot_fallback_counting ###";
 const ESP_GRUB_CFG: &str = include_str!("guest/esp-grub.cfg");
 /// What GRUB EFI needs for this configuration, built into its image (no modules on the ESP).
 const GRUB_MODULES: &[&str] = &[
@@ -63,13 +68,57 @@ pub fn empty_grubenv() -> Vec<u8> {
     block
 }
 
-/// Lays out /boot's GRUB files in `boot` (the /boot tree before it becomes a partition).
-pub fn write_grub_files(boot: &Path) -> Result<()> {
+/// Lays out /boot's GRUB files in `boot` (the /boot tree before it becomes a partition):
+/// `grub_cfg` ([`mkconfig`]'s) and a new environment block.
+pub fn write_grub_files(boot: &Path, grub_cfg: &str) -> Result<()> {
     let dir = boot.join("grub");
     fs::create_dir_all(&dir)?;
-    fs::write(dir.join("grub.cfg"), GRUB_CFG)?;
+    fs::write(dir.join("grub.cfg"), grub_cfg)?;
     fs::write(dir.join("grubenv"), empty_grubenv())?;
     Ok(())
+}
+
+/// GRUB's configuration as `grub-mkconfig` makes it in the OS deployed at `deployment` (its
+/// /etc/grub.d and /etc/default/grub), checked by `grub-script-check`. The image has no disk
+/// yet, so in a private mount namespace grub-probe is answered by a stand-in
+/// (guest/grub-probe) and /boot is an empty tmpfs: the deployment is left as it was.
+pub fn mkconfig(deployment: &Path, scratch: &Path) -> Result<String> {
+    let probe = scratch.join("grub-probe");
+    fs::write(&probe, GRUB_PROBE)?;
+    fs::set_permissions(&probe, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let script = r#"set -e
+d=$1
+mount --bind "$2" "$d/usr/sbin/grub-probe"
+mount -t tmpfs tmpfs "$d/boot"
+mkdir "$d/boot/grub"
+mount --bind /dev "$d/dev"
+mount -t proc proc "$d/proc"
+chroot "$d" /usr/sbin/grub-mkconfig"#;
+    let cfg = cmd::run(
+        Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(deployment)
+            .arg(&probe),
+        TIMEOUT,
+    )
+    .context("running grub-mkconfig in the v1 deployment")?;
+    let file = scratch.join("grub.cfg");
+    fs::write(&file, &cfg)?;
+    cmd::run(Command::new("grub-script-check").arg(&file), TIMEOUT)
+        .context("grub-script-check of grub-mkconfig's output")?;
+    anyhow::ensure!(
+        cfg.contains(COUNTER_MARK) && cfg.contains("syslinux_source"),
+        "grub-mkconfig wrote no boot counter or no entries:\n{cfg}"
+    );
+    Ok(cfg)
 }
 
 /// The ESP image: FAT, with GRUB EFI as the removable-media loader and its stub config.
@@ -165,7 +214,7 @@ impl Grubenv {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The entry guest/grub.cfg boots with this block: 1 (the previous deployment) once a
+    /// The entry grub-mkconfig's grub.cfg boots with this block: 1 (the previous deployment) once a
     /// boot-once attempt has run out, else 0.
     pub fn next_entry(&self) -> usize {
         match (self.get("boot_success"), self.get("boot_counter")) {

@@ -1,6 +1,8 @@
 //! The two OS versions under test, committed on top of the cached base OS on every run (a few
 //! seconds), because they carry the pivot binary just built:
-//! - v1: base + pivot, pivot.service, the kubelet stand-in, the harness's agent and guest config;
+//! - v1: base + pivot's Debian package (packaging/deb, of the pivot under test, installed with
+//!   `dpkg -i` as an image builder would: its units enabled by its preset), the kubelet
+//!   stand-in, the harness's agent and guest config;
 //! - v2: v1 + a visible change (os-release VERSION and a marker file) and new defaults of two
 //!   /etc files.
 
@@ -13,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::base_os::{self, BaseOs};
-use super::cmd;
+use super::{cache, cmd};
 
 pub const V1_REF: &str = "pivot-vm/v1";
 pub const V2_REF: &str = "pivot-vm/v2";
@@ -34,21 +36,6 @@ pub struct OsCommits {
 /// (path in the image, mode, contents) of the files the harness adds to v1.
 fn guest_files() -> Vec<(&'static str, u32, &'static [u8])> {
     vec![
-        (
-            "usr/lib/systemd/system/pivot.service",
-            0o644,
-            include_bytes!("../../systemd/pivot.service"),
-        ),
-        (
-            "usr/lib/systemd/system/pivot-confirm.service",
-            0o644,
-            include_bytes!("../../systemd/pivot-confirm.service"),
-        ),
-        (
-            "usr/lib/systemd/system/pivot-steady-state.service",
-            0o644,
-            include_bytes!("../../systemd/pivot-steady-state.service"),
-        ),
         (
             "usr/lib/systemd/system/kubelet.service",
             0o644,
@@ -80,6 +67,16 @@ fn guest_files() -> Vec<(&'static str, u32, &'static [u8])> {
             include_bytes!("guest/50-pivot-vm-journald.conf"),
         ),
         (
+            "usr/etc/default/grub",
+            0o644,
+            include_bytes!("guest/grub-default"),
+        ),
+        (
+            "usr/etc/grub.d/15_pivot_vm_entries",
+            0o755,
+            include_bytes!("guest/15_pivot_vm_entries"),
+        ),
+        (
             "usr/etc/containers/registries.conf",
             0o644,
             include_bytes!("guest/registries.conf"),
@@ -97,11 +94,9 @@ pub const ETC_ADMIN_EDITED: &str = "usr/etc/pivot-vm/admin-edited.conf";
 pub const V1_ETC_DEFAULT: &str = "default of v1\n";
 pub const V2_ETC_DEFAULT: &str = "default of v2\n";
 
-/// Units enabled the vendor way (links in /usr/lib), so /etc holds no harness state.
+/// The harness's units, enabled the vendor way (links in /usr/lib), so /etc holds no harness
+/// state. pivot's are enabled by its package.
 const ENABLED: &[(&str, &str)] = &[
-    ("multi-user.target.wants", "pivot.service"),
-    ("multi-user.target.wants", "pivot-confirm.service"),
-    ("multi-user.target.wants", "pivot-steady-state.service"),
     ("multi-user.target.wants", "kubelet.service"),
     ("multi-user.target.wants", "pivot-vm-agent.service"),
     ("multi-user.target.wants", "systemd-networkd.service"),
@@ -121,26 +116,24 @@ pub fn build(work: &Path, base: &BaseOs, pivot_bin: &Path) -> Result<OsCommits> 
         &["pull-local", &base.repo.display().to_string(), base_os::REF],
     )?;
 
-    let v1_dir = work.join("v1-overlay");
+    let v1_dir = work.join("v1-root");
+    cache::remove_tree(&v1_dir)?;
+    ostree(
+        &repo,
+        &["checkout", base_os::REF, &v1_dir.display().to_string()],
+    )?;
     for (path, mode, contents) in guest_files() {
         write(&v1_dir.join(path), mode, contents)?;
     }
-    let pivot = v1_dir.join("usr/bin/pivot");
-    fs::create_dir_all(pivot.parent().unwrap())?;
-    // The debug build is ~130 MB, nearly all debug info; the image needs none of it.
-    cmd::run(
-        Command::new("objcopy")
-            .arg("--strip-debug")
-            .arg(pivot_bin)
-            .arg(&pivot),
-        TIMEOUT,
-    )?;
     for (wants, unit) in ENABLED {
         let dir = v1_dir.join("usr/lib/systemd/system").join(wants);
         fs::create_dir_all(&dir)?;
         symlink(format!("../{unit}"), dir.join(unit))?;
     }
-    let v1 = commit(&repo, V1_REF, base_os::REF, &v1_dir, "1")?;
+    let deb = package(work, pivot_bin)?;
+    install_package(&v1_dir, &deb)?;
+    let v1 = commit(&repo, V1_REF, &[&format!("dir={}", v1_dir.display())], "1")?;
+    cache::remove_tree(&v1_dir)?;
 
     let v2_dir = work.join("v2-overlay");
     let os_release = ostree(&repo, &["cat", V1_REF, "/usr/lib/os-release"])?;
@@ -164,32 +157,83 @@ pub fn build(work: &Path, base: &BaseOs, pivot_bin: &Path) -> Result<OsCommits> 
     for file in [ETC_UNTOUCHED, ETC_ADMIN_EDITED] {
         write(&v2_dir.join(file), 0o644, V2_ETC_DEFAULT.as_bytes())?;
     }
-    let v2 = commit(&repo, V2_REF, V1_REF, &v2_dir, "2")?;
+    let v2 = commit(
+        &repo,
+        V2_REF,
+        &[
+            &format!("ref={V1_REF}"),
+            &format!("dir={}", v2_dir.display()),
+        ],
+        "2",
+    )?;
     Ok(OsCommits { repo, v1, v2 })
 }
 
-/// Commits `overlay` on top of `parent_ref` (later trees win), with metadata `version`.
-fn commit(
-    repo: &Path,
-    branch: &str,
-    parent_ref: &str,
-    overlay: &Path,
-    version: &str,
-) -> Result<String> {
-    let out = ostree(
-        repo,
-        &[
-            "commit",
-            "--branch",
-            branch,
-            "--subject",
-            &format!("pivot VM test OS {version}"),
-            &format!("--add-metadata-string=version={version}"),
-            &format!("--tree=ref={parent_ref}"),
-            &format!("--tree=dir={}", overlay.display()),
-        ],
-    )?;
+/// Commits `trees` (`--tree=` values: later trees win), with metadata `version`.
+fn commit(repo: &Path, branch: &str, trees: &[&str], version: &str) -> Result<String> {
+    let mut args = vec![
+        "commit".to_string(),
+        "--branch".into(),
+        branch.into(),
+        "--subject".into(),
+        format!("pivot VM test OS {version}"),
+        format!("--add-metadata-string=version={version}"),
+    ];
+    args.extend(trees.iter().map(|t| format!("--tree={t}")));
+    let out = ostree(repo, &args.iter().map(String::as_str).collect::<Vec<_>>())?;
     Ok(out.trim().to_string())
+}
+
+/// pivot's Debian package of `pivot_bin` (packaging/deb), with the man pages and completions
+/// its build wrote. The debug build is ~130 MB, nearly all debug info: the package gets it
+/// stripped of that.
+fn package(work: &Path, pivot_bin: &Path) -> Result<PathBuf> {
+    let stripped = work.join("pivot");
+    cmd::run(
+        Command::new("objcopy")
+            .arg("--strip-debug")
+            .arg(pivot_bin)
+            .arg(&stripped),
+        TIMEOUT,
+    )?;
+    let deb = cmd::run(
+        Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/deb"))
+            .arg("--binary")
+            .arg(&stripped)
+            .arg("--assets")
+            .arg(concat!(env!("OUT_DIR"), "/assets"))
+            .arg("--out")
+            .arg(work)
+            .arg("--fast"),
+        TIMEOUT,
+    )
+    .context("building pivot's Debian package")?;
+    Ok(PathBuf::from(deb.trim()))
+}
+
+/// `dpkg -i` of `deb` into the OS tree `root`, which has the OSTree layout: /etc is /usr/etc
+/// and the dpkg database lives in /usr (base_os.rs), so both are linked where dpkg looks for
+/// them while it runs, and /var is left empty again.
+fn install_package(root: &Path, deb: &Path) -> Result<()> {
+    let etc = root.join("etc");
+    symlink("usr/etc", &etc)?;
+    fs::create_dir_all(root.join("var/lib"))?;
+    symlink("../../usr/share/pivot-vm/dpkg", root.join("var/lib/dpkg"))?;
+    let installed = {
+        let _binds = base_os::ChrootBinds::mount(root)?;
+        cmd::run(
+            Command::new("dpkg")
+                .arg(format!("--root={}", root.display()))
+                .arg("--install")
+                .arg(deb),
+            TIMEOUT,
+        )
+    };
+    fs::remove_file(&etc)?;
+    cache::remove_tree(&root.join("var"))?;
+    fs::create_dir(root.join("var"))?;
+    installed.context("dpkg --install of pivot's package")?;
+    Ok(())
 }
 
 pub fn ostree(repo: &Path, args: &[&str]) -> Result<String> {
