@@ -51,6 +51,20 @@ pub fn main() -> ExitCode {
         }
     };
     logging::init();
+    // Before the runtime's threads: see [`crate::sysroot::namespace`].
+    if let Some(sysroot) = writes_sysroot(&cli) {
+        match crate::sysroot::namespace::writable(sysroot) {
+            Ok(remounted) if !remounted.is_empty() => tracing::info!(
+                "{} read-write in pivot's own mount namespace",
+                remounted.join(" and ")
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!("{e:#}");
+                return ExitCode::from(Exit::Failure as u8);
+            }
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -71,6 +85,17 @@ pub fn main() -> ExitCode {
             }
             ExitCode::from(Exit::Failure as u8)
         }
+    }
+}
+
+/// The sysroot the command writes, if it writes one.
+fn writes_sysroot(cli: &Cli) -> Option<&std::path::Path> {
+    match &cli.command {
+        None if !cli.pivot.check => Some(&cli.pivot.sysroot),
+        Some(Command::Confirm(args)) => Some(&args.sysroot),
+        Some(Command::Rollback(args)) => Some(&args.sysroot),
+        Some(Command::Finalize(args)) => Some(&args.sysroot),
+        _ => None,
     }
 }
 

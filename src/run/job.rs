@@ -63,7 +63,7 @@ impl Job {
     /// The commit and its new deployment (none with `--download-only`); None when another
     /// pivot deployed the target while this one waited for the lock.
     pub(crate) fn run(self) -> Result<Option<(String, Option<Deployed>)>> {
-        let sysroot = ostree::Sysroot::new(Some(&gio::File::for_path(&self.sysroot)));
+        let sysroot = crate::sysroot::namespace::sysroot(&self.sysroot);
         let _lock = SysrootLock::acquire(&sysroot)?;
         sysroot
             .load(gio::Cancellable::NONE)

@@ -76,7 +76,7 @@ impl DeploymentInfo {
 
 /// Opens and loads the sysroot at `path` (not locked: a read-only look).
 pub fn open_sysroot(path: &Path) -> Result<ostree::Sysroot> {
-    let sysroot = ostree::Sysroot::new(Some(&gio::File::for_path(path)));
+    let sysroot = crate::sysroot::namespace::sysroot(path);
     sysroot
         .load(gio::Cancellable::NONE)
         .with_context(|| format!("loading the OSTree sysroot at {}", path.display()))?;

@@ -1,13 +1,15 @@
 //! The sysroot: its [`deployments`] as plain data, [`kargs`] of the new deployment, free
 //! [`space`] checked before anything big is written, the deployment itself ([`deploy`]) and
 //! the [`prune`] after it; a [`rollback`] to the deployment before; [`finalize`] for a locked
-//! staged one; [`grubenv`], GRUB's boot-once attempt at a new deployment.
+//! staged one; [`grubenv`], GRUB's boot-once attempt at a new deployment; the mount
+//! [`namespace`] where a read-only `/sysroot` and `/boot` are written.
 
 pub mod deploy;
 pub mod deployments;
 pub mod finalize;
 pub mod grubenv;
 pub mod kargs;
+pub mod namespace;
 pub mod prune;
 pub mod rollback;
 pub mod space;

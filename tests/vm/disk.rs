@@ -52,6 +52,9 @@ pub fn deploy_v1(work: &Path, commits: &OsCommits) -> Result<PathBuf> {
     ostree(&["admin", "os-init", &s, STATEROOT])?;
     // A plain directory is no bootloader ostree can detect: name it.
     ostree(&[&repo, "config", "set", "sysroot.bootloader", "syslinux"])?;
+    // /sysroot mounted read-only, as Fedora CoreOS, RHCOS and anaconda's installs have it
+    // (ostree-prepare-root reads it at every boot); /boot is read-only too (guest/fstab).
+    ostree(&[&repo, "config", "set", "sysroot.readonly", "true"])?;
     let boot = sysroot.join("boot");
     fs::create_dir_all(boot.join("loader.0"))?;
     fs::create_dir_all(boot.join("syslinux"))?;

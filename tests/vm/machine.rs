@@ -267,6 +267,20 @@ impl Machine {
             "boot {n}: system state {:?}",
             state.text.trim()
         );
+        // The node mounts them read-only as Fedora CoreOS does (disk.rs): whatever pivot did
+        // this boot, it wrote them in its own mount namespace only.
+        let read_only = self.run(
+            "for m in /sysroot /boot; do findmnt -no OPTIONS $m | grep -qw ro || echo \"$m not ro\"; \
+             touch $m/.pivot-vm-probe 2>/dev/null && echo \"$m writable\"; done; \
+             grep -q 'sysroot.readonly configuration value: 1' <(journalctl -b -o cat) \
+               || echo 'ostree-prepare-root did not read sysroot.readonly'",
+            self.scaled(30),
+        )?;
+        ensure!(
+            read_only.text.trim().is_empty(),
+            "boot {n}: {}",
+            read_only.text.trim()
+        );
         Ok(())
     }
 

@@ -66,6 +66,7 @@ fn guest_files() -> Vec<(&'static str, u32, &'static [u8])> {
             0o644,
             include_bytes!("guest/50-pivot-vm-journald.conf"),
         ),
+        ("usr/etc/fstab", 0o644, include_bytes!("guest/fstab")),
         (
             "usr/etc/default/grub",
             0o644,
