@@ -84,8 +84,7 @@ pub fn deploy_v1(work: &Path, commits: &OsCommits) -> Result<PathBuf> {
     deploy.push(V1_REF.into());
     ostree(&deploy.iter().map(String::as_str).collect::<Vec<_>>())?;
     // The UEFI disks' grub.cfg, made once in the deployment, beside the sysroot.
-    let grub_cfg = firmware::mkconfig(&deployment_dir(&sysroot)?, work)?;
-    fs::write(grub_cfg_path(&sysroot), grub_cfg)?;
+    firmware::mkconfig(&deployment_dir(&sysroot)?, &grub_cfg_path(&sysroot))?;
     Ok(sysroot)
 }
 

@@ -78,12 +78,12 @@ pub fn write_grub_files(boot: &Path, grub_cfg: &str) -> Result<()> {
     Ok(())
 }
 
-/// GRUB's configuration as `grub-mkconfig` makes it in the OS deployed at `deployment` (its
-/// /etc/grub.d and /etc/default/grub), checked by `grub-script-check`. The image has no disk
+/// Writes to `out` GRUB's configuration as `grub-mkconfig` makes it in the OS deployed at
+/// `deployment` (its /etc/grub.d and /etc/default/grub), checked by `grub-script-check`. The image has no disk
 /// yet, so in a private mount namespace grub-probe is answered by a stand-in
 /// (guest/grub-probe) and /boot is an empty tmpfs: the deployment is left as it was.
-pub fn mkconfig(deployment: &Path, scratch: &Path) -> Result<String> {
-    let probe = scratch.join("grub-probe");
+pub fn mkconfig(deployment: &Path, out: &Path) -> Result<()> {
+    let probe = out.with_file_name("grub-probe");
     fs::write(&probe, GRUB_PROBE)?;
     fs::set_permissions(&probe, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let script = r#"set -e
@@ -110,15 +110,14 @@ chroot "$d" /usr/sbin/grub-mkconfig"#;
         TIMEOUT,
     )
     .context("running grub-mkconfig in the v1 deployment")?;
-    let file = scratch.join("grub.cfg");
-    fs::write(&file, &cfg)?;
-    cmd::run(Command::new("grub-script-check").arg(&file), TIMEOUT)
+    fs::write(out, &cfg)?;
+    cmd::run(Command::new("grub-script-check").arg(out), TIMEOUT)
         .context("grub-script-check of grub-mkconfig's output")?;
     anyhow::ensure!(
         cfg.contains(COUNTER_MARK) && cfg.contains("syslinux_source"),
         "grub-mkconfig wrote no boot counter or no entries:\n{cfg}"
     );
-    Ok(cfg)
+    Ok(())
 }
 
 /// The ESP image: FAT, with GRUB EFI as the removable-media loader and its stub config.
