@@ -34,3 +34,19 @@ fn the_checked_in_progress_schema_is_the_types_schema() {
         schemars::schema_for!(super::progress::Event),
     );
 }
+
+#[test]
+fn the_checked_in_update_check_schema_is_the_types_schema() {
+    check(
+        "update-check.schema.json",
+        schemars::schema_for!(super::status::UpdateCheck),
+    );
+}
+
+#[test]
+fn the_checked_in_diff_schema_is_the_types_schema() {
+    check(
+        "diff.schema.json",
+        schemars::schema_for!(super::diff::PackageDiff),
+    );
+}

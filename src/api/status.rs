@@ -73,6 +73,36 @@ pub struct Deployment {
     /// The OSTree remote whose keys verified the deployment's commit (pivot's `--ostree-remote`,
     /// or the remote an `ostree-remote-*` origin names).
     pub ostree_remote: Option<String>,
+    /// The kernel command line of its boot entry, in order, each argument with where it came
+    /// from.
+    #[serde(default)]
+    pub kernel_arguments: Vec<KernelArgument>,
+}
+
+/// One argument of a deployment's kernel command line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct KernelArgument {
+    pub arg: String,
+    pub source: KargSource,
+    /// For `image`: the kargs.d file that lists it (`10-console.toml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+/// Where a kernel argument of a deployment came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum KargSource {
+    /// The deployment's image lists it in `/usr/lib/bootc/kargs.d`.
+    Image,
+    /// Pivot added it for the admin when it made this deployment (`/etc/pivot/kernel-args`,
+    /// `--karg-append`).
+    Admin,
+    /// libostree's own (`ostree=`).
+    Libostree,
+    /// Carried over from the deployment this one was made from: the installer's or bootloader's,
+    /// an earlier pivot's edits, `rpm-ostree kargs`.
+    Carried,
 }
 
 /// How a deployment's image passed the signature policy, as its origin records it.
@@ -146,7 +176,8 @@ pub struct HealthFailure {
     pub rolled_back_to: Option<String>,
 }
 
-/// An update `pivot --check` found available.
+/// An update `pivot --check` found available: what its manifest and config say, and what a
+/// pivot to it would download.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CachedUpdate {
     /// `host/path@sha256:…`.
@@ -155,6 +186,60 @@ pub struct CachedUpdate {
     pub version: Option<String>,
     /// When it was checked, in seconds since the Unix epoch.
     pub checked: u64,
+    /// The digest of the platform manifest (the same as the image's, unless it names an index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_digest: Option<String>,
+    /// The OSTree commit the image names (its `ostree.commit` or `com.coreos.ostree-commit`
+    /// label), when it names the commit that would be deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// When the image was made (its config's `created`), in seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<u64>,
+    /// The kernel version the image says it boots (its `ostree.linux` label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// What a pivot to it would download.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download: Option<Download>,
+}
+
+/// What a pivot would download: the layers whose content the repo does not hold yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Download {
+    /// Their bytes, as the manifest gives them (compressed).
+    pub bytes: u64,
+    /// How many layers that is.
+    pub layers: u32,
+    /// Of how many the image has.
+    pub of_layers: u32,
+    /// The image's commit is complete in the repo already (an earlier download or deployment):
+    /// nothing is downloaded.
+    pub commit_in_repo: bool,
+}
+
+/// `kind` of the `pivot --check --json` document.
+pub const CHECK_KIND: &str = "PivotUpdateCheck";
+
+/// The `pivot --check --json` document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct UpdateCheck {
+    /// Always `pivot.openshift.io/v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    /// Always `PivotUpdateCheck`.
+    pub kind: String,
+    /// The stateroot checked.
+    pub stateroot: String,
+    /// The commit the stateroot runs now (the booted deployment's, else its default one's).
+    pub checksum: String,
+    /// Its version.
+    pub version: Option<String>,
+    /// The update, or none when the node is at the image already.
+    pub update: Option<CachedUpdate>,
+    /// With `--diff`: the packages the update changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<super::diff::PackageDiff>,
 }
 
 /// A `pivot rollback`.

@@ -62,6 +62,14 @@ pub enum Command {
     ///
     /// With `--reboot` under the reboot strategy fleet_lock, the FleetLock slot is taken first.
     Finalize(FinalizeArgs),
+    /// Show the packages added, removed, upgraded and downgraded between two deployments.
+    ///
+    /// FROM and TO are deployments by index (as `pivot status` lists them), commits by
+    /// checksum (or a unique prefix of a deployment's) or refs. By default FROM is the booted
+    /// deployment and TO the update waiting: the staged deployment, else the newest download
+    /// (--download-only), else the default deployment. Package lists are read from the
+    /// commit's rpmostree.rpmdb.pkglist metadata, else from the tree's dpkg status file.
+    Diff(DiffArgs),
     /// Show the configuration in effect: each key, its value, and the drop-in that set it.
     ///
     /// Drop-ins are read from /usr/lib/pivot/config.d (the image's defaults) and
@@ -99,6 +107,19 @@ pub struct RollbackArgs {
 pub struct ConfirmArgs {
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysroot: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The deployment (index), commit or ref to compare from.
+    pub from: Option<String>,
+    /// The deployment (index), commit or ref to compare to.
+    pub to: Option<String>,
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysroot: PathBuf,
+    /// Print JSON (schema in docs/diff.schema.json).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -185,9 +206,17 @@ pub struct PivotArgs {
     #[arg(long, value_name = "ARG", value_parser = super::karg)]
     pub karg_delete: Vec<String>,
     /// Only check: fetch the manifest and config, print what a pivot would change (version,
-    /// commit, bytes to download), write nothing. Exits 0 if there is an update, 77 if not.
+    /// commit, creation time, kernel, bytes to download), write nothing. Exits 0 if there is an
+    /// update, 77 if not.
     #[arg(long, conflicts_with = "reboot")]
     pub check: bool,
+    /// With --check: also download the update (as --download-only does, kept for the pivot
+    /// that follows) and print its package changes against the running deployment.
+    #[arg(long, requires = "check")]
+    pub diff: bool,
+    /// With --check: print the result as JSON (schema in docs/update-check.schema.json).
+    #[arg(long, requires = "check")]
+    pub json: bool,
     /// Pull and import the image, deploy nothing. The commit is kept (refs pivot/<repository>
     /// and pivot/downloaded/[native/]<digest>), and a later `pivot host/path@<digest>` deploys it
     /// without contacting the registry.

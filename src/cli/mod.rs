@@ -18,7 +18,7 @@ use crate::fleet::{self, Released};
 use crate::node::confirm::Verdict;
 use crate::node::events;
 use crate::node::progress::Progress;
-use crate::node::{logging, reboot, status};
+use crate::node::{diff, logging, reboot, status};
 use crate::run::confirm::Done;
 use crate::run::{self, Outcome};
 use crate::sysroot::kargs::Edit;
@@ -91,7 +91,8 @@ pub fn main() -> ExitCode {
 /// The sysroot the command writes, if it writes one.
 fn writes_sysroot(cli: &Cli) -> Option<&std::path::Path> {
     match &cli.command {
-        None if !cli.pivot.check => Some(&cli.pivot.sysroot),
+        // `--check --diff` downloads the update.
+        None if !cli.pivot.check || cli.pivot.diff => Some(&cli.pivot.sysroot),
         Some(Command::Confirm(args)) => Some(&args.sysroot),
         Some(Command::Rollback(args)) => Some(&args.sysroot),
         Some(Command::Finalize(args)) => Some(&args.sysroot),
@@ -149,6 +150,17 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                     Strategy::FleetLock(_) => reboot::reboot(&target, fleet::SLOT_GRANTED_REBOOT)?,
                     _ => fleet::reboot(&config, &node, &target).await?,
                 }
+            }
+            Ok(Exit::Success)
+        }
+        Some(Command::Diff(args)) => {
+            let diff = tokio::task::spawn_blocking(move || {
+                diff::read(&args.sysroot, args.from.as_deref(), args.to.as_deref())
+            })
+            .await??;
+            match args.json {
+                true => println!("{}", serde_json::to_string_pretty(&diff)?),
+                false => print!("{}", diff::render(&diff)),
             }
             Ok(Exit::Success)
         }
@@ -355,7 +367,21 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             retry: RetryPolicy::new(Duration::from_secs(args.retry_timeout)),
         },
     };
-    let report = run::run(&opts).await?;
+    let mut report = run::run(&opts).await?;
+    if let Some(mut check) = report.check.take() {
+        if args.diff && check.update.is_some() {
+            check.packages = Some(download_and_diff(&opts, &check).await?);
+        }
+        match args.json {
+            true => println!("{}", serde_json::to_string_pretty(&check)?),
+            false => {
+                print!("{}", status::render_check(&check));
+                if let Some(packages) = &check.packages {
+                    print!("{}", diff::render(packages));
+                }
+            }
+        }
+    }
     let reboot_owed = match report.outcome {
         Outcome::Staged | Outcome::Deployed => true,
         Outcome::Unchanged | Outcome::Confirmed => report.reboot_pending || reboot::is_needed(),
@@ -397,6 +423,32 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
         }
         _ => Exit::Success,
     })
+}
+
+/// `--check --diff`: the update found is downloaded as `--download-only` does (by digest, so
+/// what is compared is what was checked; kept for the pivot that follows), then compared with
+/// the running deployment. A legacy image is downloaded whole, and so is a native one: its
+/// package list is in its commit's metadata, but pivot imports an image only whole.
+async fn download_and_diff(
+    opts: &run::Options,
+    check: &crate::api::status::UpdateCheck,
+) -> Result<crate::api::diff::PackageDiff> {
+    let update = check.update.as_ref().expect("an update");
+    let download = run::Options {
+        pullspec: Some(update.image.clone()),
+        check: false,
+        download_only: true,
+        ..opts.clone()
+    };
+    let report = run::run(&download).await?;
+    let commit = report.target.commit;
+    anyhow::ensure!(
+        !commit.is_empty(),
+        "the download of {} named no commit",
+        update.image
+    );
+    let sysroot = opts.sysroot.clone();
+    tokio::task::spawn_blocking(move || diff::read(&sysroot, None, Some(&commit))).await?
 }
 
 #[cfg(test)]

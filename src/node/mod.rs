@@ -1,8 +1,9 @@
-//! What the node records and tells: pivot's [`state`] file, [`status`], the next-boot
-//! [`confirm`]ation and the [`health`] checks run with it, journal [`events`] and [`logging`], [`progress`] for whoever waits, and the
-//! [`reboot`].
+//! What the node records and tells: pivot's [`state`] file, [`status`], the package [`diff`]
+//! between deployments, the next-boot [`confirm`]ation and the [`health`] checks run with it,
+//! journal [`events`] and [`logging`], [`progress`] for whoever waits, and the [`reboot`].
 
 pub mod confirm;
+pub mod diff;
 pub mod drop_ins;
 pub mod events;
 pub mod health;

@@ -30,7 +30,8 @@ pub struct State {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<Rollback>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cached_update: Option<CachedUpdate>,
+    /// The published record as is (its fields are only added to).
+    pub cached_update: Option<crate::api::status::CachedUpdate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthFailure>,
     /// Targets (commits) pivot rolled the node back from by itself, newest last: each at most
@@ -52,12 +53,6 @@ pub struct HealthFailure {
     pub rolled_back_to: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CachedUpdate {
-    pub image: String,
-    pub version: Option<String>,
-    pub checked: u64,
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Rollback {

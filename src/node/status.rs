@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::api::status::{
-    self, Attempt, Deployment, PivotState, PullspecSource, Status, Verification,
+    self, Attempt, Deployment, KargSource, PivotState, PullspecSource, Status, Verification,
 };
 use crate::api::API_VERSION;
 use crate::node::state::{self as state_file, StateFile, MAX_ATTEMPTS};
@@ -54,6 +54,7 @@ fn deployment(d: &DeploymentInfo) -> Deployment {
         rollback: d.rollback,
         verification: d.verification,
         ostree_remote: d.ostree_remote.clone(),
+        kernel_arguments: d.kernel_arguments.clone(),
     }
 }
 
@@ -77,11 +78,7 @@ pub(crate) fn published(state: state_file::State) -> PivotState {
             to: r.to,
             held: r.held,
         }),
-        cached_update: state.cached_update.map(|u| status::CachedUpdate {
-            image: u.image,
-            version: u.version,
-            checked: u.checked,
-        }),
+        cached_update: state.cached_update,
         health: state.health.map(|h| status::HealthFailure {
             at: h.at,
             commit: h.commit,
@@ -146,6 +143,7 @@ pub fn render(status: &Status) -> String {
             (Some(verification), _) => field(&mut out, "Signature", &verification.name()),
             (None, _) => {}
         }
+        kernel_argument_fields(&mut out, &d.kernel_arguments);
         field(&mut out, "Commit", &d.checksum);
         field(
             &mut out,
@@ -156,11 +154,7 @@ pub fn render(status: &Status) -> String {
     for (stateroot, state) in &status.pivot {
         if let Some(update) = &state.cached_update {
             let _ = writeln!(out, "\nUpdate available ({stateroot}): {}", update.image);
-            field(
-                &mut out,
-                "Version",
-                update.version.as_deref().unwrap_or("(none)"),
-            );
+            update_fields(&mut out, update, None);
             field(&mut out, "Checked", &format_utc(update.checked));
         }
         if let Some(rollback) = &state.rollback {
@@ -227,6 +221,81 @@ pub fn render(status: &Status) -> String {
     out
 }
 
+/// `pivot --check`'s report, for people: the update's fields, each with what the node runs now.
+pub fn render_check(check: &status::UpdateCheck) -> String {
+    let mut out = String::new();
+    if let Some(update) = &check.update {
+        let _ = writeln!(out, "Update available ({}): {}", check.stateroot, update.image);
+        update_fields(&mut out, update, Some(check));
+    }
+    out
+}
+
+/// What an update brings: version, commit, creation time, kernel, download size; with `now`,
+/// the running version and commit beside them.
+fn update_fields(out: &mut String, update: &status::CachedUpdate, now: Option<&status::UpdateCheck>) {
+    let version = update.version.as_deref().unwrap_or("(none)");
+    match now {
+        Some(now) => field(
+            out,
+            "Version",
+            &format!("{version} (now {})", now.version.as_deref().unwrap_or("(none)")),
+        ),
+        None => field(out, "Version", version),
+    }
+    if let Some(digest) = update.manifest_digest.as_ref().filter(|d| !update.image.ends_with(d.as_str())) {
+        field(out, "Digest", digest);
+    }
+    let commit = update.commit.as_deref().unwrap_or("(made at import: the image has derived layers or names none)");
+    match now {
+        Some(now) => field(out, "Commit", &format!("{commit} (now {})", now.checksum)),
+        None => field(out, "Commit", commit),
+    }
+    if let Some(timestamp) = update.timestamp {
+        field(out, "Timestamp", &format_utc(timestamp));
+    }
+    if let Some(kernel) = &update.kernel {
+        field(out, "Kernel", kernel);
+    }
+    if let Some(download) = &update.download {
+        let text = match download {
+            d if d.commit_in_repo => "nothing: the commit is in the repo already".to_string(),
+            d => format!(
+                "{} in {} of {} layer{}{}",
+                crate::node::progress::human(d.bytes),
+                d.layers,
+                d.of_layers,
+                if d.of_layers == 1 { "" } else { "s" },
+                if d.layers < d.of_layers { " (the others are in the repo)" } else { "" }
+            ),
+        };
+        field(out, "Download", &text);
+    }
+}
+
+/// The arguments the image ships (by kargs.d file) and those pivot added for the admin; the
+/// rest of the command line (the installer's, libostree's) is in the JSON document.
+fn kernel_argument_fields(out: &mut String, args: &[status::KernelArgument]) {
+    let mut files: Vec<&str> = args.iter().filter_map(|a| a.file.as_deref()).collect();
+    files.dedup();
+    for file in files {
+        let listed: Vec<&str> = args
+            .iter()
+            .filter(|a| a.source == KargSource::Image && a.file.as_deref() == Some(file))
+            .map(|a| a.arg.as_str())
+            .collect();
+        field(out, "Image kargs", &format!("{} ({file})", listed.join(" ")));
+    }
+    let admin: Vec<&str> = args
+        .iter()
+        .filter(|a| a.source == KargSource::Admin)
+        .map(|a| a.arg.as_str())
+        .collect();
+    if !admin.is_empty() {
+        field(out, "Admin kargs", &admin.join(" "));
+    }
+}
+
 /// A `Name: value` line, names right-aligned as rpm-ostree does.
 fn field(out: &mut String, name: &str, value: &str) {
     let _ = writeln!(out, "{name:>15}: {value}");
@@ -290,6 +359,7 @@ mod golden {
             rollback: false,
             verification: None,
             ostree_remote: None,
+            kernel_arguments: Vec::new(),
         }
     }
 
@@ -304,6 +374,18 @@ mod golden {
         v3.finalization_locked = true;
         v3.verification = Some(Verification::OstreeRemote);
         v3.ostree_remote = Some("rhcos".into());
+        let karg = |arg: &str, source, file: Option<&str>| status::KernelArgument {
+            arg: arg.into(),
+            source,
+            file: file.map(str::to_string),
+        };
+        v3.kernel_arguments = vec![
+            karg("root=UUID=6d2b", KargSource::Carried, None),
+            karg("console=ttyS0,115200n8", KargSource::Image, Some("10-console.toml")),
+            karg("nosmt", KargSource::Admin, None),
+            karg("mitigations=auto", KargSource::Image, Some("20-cpu.toml")),
+            karg("ostree=/ostree/boot.1/fedora-coreos/3/0", KargSource::Libostree, None),
+        ];
         let mut v2 = deployment(0, "2", None);
         v2.image = Some(format!("quay.io/os/node@sha256:{}", "b".repeat(64)));
         v2.booted = true;
@@ -337,6 +419,16 @@ mod golden {
                 image: format!("quay.io/os/node@sha256:{}", "f".repeat(64)),
                 version: Some("4".into()),
                 checked: 1_796_051_000,
+                manifest_digest: Some(format!("sha256:{}", "f".repeat(64))),
+                commit: Some("6".repeat(64)),
+                timestamp: Some(1_796_040_000),
+                kernel: Some("6.1.0-28-amd64".into()),
+                download: Some(status::Download {
+                    bytes: 48_234_496,
+                    layers: 2,
+                    of_layers: 7,
+                    commit_in_repo: false,
+                }),
             }),
             health: Some(status::HealthFailure {
                 at: 1_795_500_000,

@@ -366,6 +366,10 @@ impl Job {
                 self.write_store(repo, &finished.commit, derived, &layer_commits, &filtered)?;
             commits.insert(0, merge);
         }
+        // The kernel arguments the image ships are read again when it is deployed; an image
+        // whose kargs.d cannot be read is refused now, before anything of it is committed.
+        crate::sysroot::kargs_d::read(repo, &commits[0])
+            .context("reading the kernel arguments the image ships")?;
         // Committing moves the objects into place one by one: until it is done, the commits
         // are marked partial, so that after a kill in between neither fsck nor the next run
         // takes a commit for a whole one.

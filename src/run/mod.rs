@@ -43,7 +43,7 @@ use crate::api::progress::Step;
 use crate::api::status::PullspecSource as Source;
 use crate::trust::evidence::{self, Kept};
 use crate::trust::{Gather, Trust, Verified};
-use crate::node::state::{self, Attempt, State, StateFile};
+use crate::node::state::{Attempt, State, StateFile};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
 pub const PULLSPEC_FILE: &str = "pivot/image-pullspec";
@@ -91,6 +91,8 @@ pub struct Report {
     pub config: crate::fleet::config::Config,
     /// The node, for the reboot.
     pub node: crate::fleet::Node,
+    /// With `--check`: what it found.
+    pub check: Option<crate::api::status::UpdateCheck>,
 }
 
 impl Options {
@@ -212,10 +214,20 @@ pub async fn run(opts: &Options) -> Result<Report> {
     };
     let outcome = run.attempt.outcome;
     opts.progress.finish(outcome);
+    let mut check = None;
     // A check changes nothing but the record of what it found (not even that of attempts).
     if opts.check {
         if let Ok(outcome @ (Outcome::UpdateAvailable | Outcome::Unchanged)) = &result {
             let found = run.found.take().filter(|_| *outcome == Outcome::UpdateAvailable);
+            check = Some(crate::api::status::UpdateCheck {
+                api_version: crate::api::API_VERSION.into(),
+                kind: crate::api::status::CHECK_KIND.into(),
+                stateroot: local.stateroot.clone(),
+                checksum: local.current.checksum.clone(),
+                version: local.current.version.clone(),
+                update: found.clone(),
+                packages: None,
+            });
             let saved = state_file.load().and_then(|mut state| {
                 state.cached_update = found;
                 state_file.save(&state)
@@ -250,6 +262,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
             target: run.target,
             config,
             node: node_of(&opts.sysroot, &local),
+            check,
         }),
         Err(e) => Err(Reported(e).into()),
     }
@@ -289,7 +302,7 @@ struct Run<'a> {
     /// `[boot] tries`, for GRUB's fallback when the deployment is staged.
     boot_tries: u8,
     /// What a `--check` found.
-    found: Option<state::CachedUpdate>,
+    found: Option<crate::api::status::CachedUpdate>,
     /// The target is held after a rollback: nothing was attempted.
     held: bool,
     /// Staged locked for the FleetLock strategy, which unlocks it once the slot is granted.

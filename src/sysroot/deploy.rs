@@ -16,7 +16,11 @@ use crate::api::status::Verification;
 use crate::trust::Verified;
 use crate::fetch::image::Format;
 use crate::sysroot::kargs::{self, Edit};
+use crate::sysroot::kargs_d;
 use crate::fetch::reference::ImageRef;
+
+/// The `[pivot]` key of the origin listing the kernel arguments the admin's edits added.
+pub const KARGS_ADDED_KEY: &str = "kargs-added";
 
 /// Holds the sysroot lock for as long as it lives.
 pub struct SysrootLock<'s>(&'s ostree::Sysroot);
@@ -150,6 +154,39 @@ fn pivot_group(origin: &glib::KeyFile, info: &OriginInfo, by_digest: &str) {
     }
 }
 
+/// The new deployment's command line, when it is not the merge deployment's (`current`):
+/// the image's kargs.d change from the merge deployment's commit to `commit`
+/// ([`crate::sysroot::kargs_d`]), then the admin's `edits`. None leaves libostree to carry
+/// `current` over.
+fn kernel_argv(
+    sysroot: &ostree::Sysroot,
+    merge: Option<&ostree::Deployment>,
+    commit: &str,
+    current: &str,
+    edits: &[Edit],
+) -> Result<Option<Vec<String>>> {
+    let repo = sysroot.repo();
+    let new = kargs_d::read(&repo, commit).context("reading the kernel arguments the image ships")?;
+    let old = match merge.map(|m| m.csum()) {
+        Some(old_commit) => kargs_d::read(&repo, &old_commit).unwrap_or_else(|e| {
+            tracing::warn!(
+                "the kernel arguments the running image ships ({old_commit}) cannot be read, so none of them is removed: {e:#}"
+            );
+            Vec::new()
+        }),
+        None => Vec::new(),
+    };
+    if new == old && edits.is_empty() {
+        return Ok(None);
+    }
+    if !new.is_empty() {
+        let listed: Vec<&str> = new.iter().map(|k| k.arg.as_str()).collect();
+        tracing::info!("the image's kargs.d lists: {}", listed.join(" "));
+    }
+    let updated = kargs_d::update(current, &old, &new).join(" ");
+    Ok(Some(kargs::apply(&updated, edits)))
+}
+
 pub struct Deployed {
     pub serial: i32,
     pub staged: bool,
@@ -157,7 +194,7 @@ pub struct Deployed {
 
 /// Deploys `commit` on `stateroot`, merging from the booted deployment (or, on a sysroot that is
 /// not booted, the stateroot's default one), with the merge deployment's kernel arguments
-/// edited by `kargs`. The caller holds the lock.
+/// changed as the image's kargs.d says, then edited by `kargs`. The caller holds the lock.
 pub fn deploy(
     sysroot: &ostree::Sysroot,
     stateroot: &str,
@@ -169,18 +206,27 @@ pub fn deploy(
 ) -> Result<Deployed> {
     let cancellable = gio::Cancellable::NONE;
     let merge = sysroot.merge_deployment(Some(stateroot));
-    // Without edits libostree carries the merge deployment's arguments over by itself.
-    let argv: Option<Vec<String>> = (!kargs.is_empty()).then(|| {
-        let current = merge
-            .as_ref()
-            .and_then(|m| m.bootconfig())
-            .and_then(|b| b.get("options"))
-            .map(|o| o.to_string())
-            .unwrap_or_default();
-        kargs::apply(&current, kargs)
-    });
+    let current = merge
+        .as_ref()
+        .and_then(|m| m.bootconfig())
+        .and_then(|b| b.get("options"))
+        .map(|o| o.to_string())
+        .unwrap_or_default();
+    let argv = kernel_argv(sysroot, merge.as_ref(), commit, &current, kargs)?;
     if let Some(argv) = &argv {
         tracing::info!("kernel arguments of the new deployment: {}", argv.join(" "));
+    }
+    // What the admin's edits added, for status to tell apart from what the image ships.
+    let added: Vec<&str> = kargs
+        .iter()
+        .filter_map(|edit| match edit {
+            Edit::Add(arg) => Some(arg.as_str()),
+            Edit::Delete(_) => None,
+        })
+        .filter(|arg| argv.iter().flatten().any(|a| a == arg))
+        .collect();
+    if !added.is_empty() {
+        origin.set_string("pivot", KARGS_ADDED_KEY, &added.join(" "));
     }
     let argv_refs: Option<Vec<&str>> = argv
         .as_ref()

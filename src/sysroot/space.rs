@@ -29,6 +29,8 @@ use ostree::gio;
 use ostree::gio::prelude::*;
 use sha2::{Digest, Sha256};
 
+use crate::sysroot::commit_files::{children, content, file_type, regular_file};
+
 use crate::node::progress::human;
 use crate::run::PARALLEL_LAYERS;
 
@@ -266,69 +268,6 @@ impl BootFiles {
         }
         Ok(hex::encode(hasher.finalize()))
     }
-}
-
-/// The content of a regular file of a commit.
-fn content(repo: &ostree::Repo, file: &gio::File) -> Result<gio::InputStream> {
-    let file = file
-        .downcast_ref::<ostree::RepoFile>()
-        .context("not a file of the repo")?;
-    file.ensure_resolved()?;
-    let (input, _, _) = repo.load_file(&file.checksum(), gio::Cancellable::NONE)?;
-    input.context("no content")
-}
-
-fn file_type(file: &gio::File) -> Result<Option<gio::FileType>> {
-    match file.query_info(
-        "standard::type,standard::size",
-        gio::FileQueryInfoFlags::NOFOLLOW_SYMLINKS,
-        gio::Cancellable::NONE,
-    ) {
-        Ok(info) => Ok(Some(info.file_type())),
-        Err(e) if e.matches(gio::IOErrorEnum::NotFound) => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", file.uri())),
-    }
-}
-
-/// `file` and its size, if it is a regular file (libostree follows no symlink here either).
-fn regular_file(file: &gio::File) -> Result<Option<(gio::File, u64)>> {
-    match file.query_info(
-        "standard::type,standard::size",
-        gio::FileQueryInfoFlags::NOFOLLOW_SYMLINKS,
-        gio::Cancellable::NONE,
-    ) {
-        Ok(info) if info.file_type() == gio::FileType::Regular => {
-            Ok(Some((file.clone(), info.size().max(0) as u64)))
-        }
-        Ok(_) => Ok(None),
-        Err(e) if e.matches(gio::IOErrorEnum::NotFound) => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", file.uri())),
-    }
-}
-
-/// The names and types in directory `dir`, sorted by name; `None` if there is no such directory.
-fn children(dir: &gio::File) -> Result<Option<Vec<(String, gio::FileType)>>> {
-    let entries = match dir.enumerate_children(
-        "standard::name,standard::type",
-        gio::FileQueryInfoFlags::NOFOLLOW_SYMLINKS,
-        gio::Cancellable::NONE,
-    ) {
-        Ok(entries) => entries,
-        Err(e)
-            if e.matches(gio::IOErrorEnum::NotFound)
-                || e.matches(gio::IOErrorEnum::NotDirectory) =>
-        {
-            return Ok(None)
-        }
-        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.uri())),
-    };
-    let mut out = Vec::new();
-    for info in entries {
-        let info = info.with_context(|| format!("listing {}", dir.uri()))?;
-        out.push((info.name().to_string_lossy().into_owned(), info.file_type()));
-    }
-    out.sort();
-    Ok(Some(out))
 }
 
 #[cfg(test)]

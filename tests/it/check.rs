@@ -1,23 +1,55 @@
 //! `pivot --check`: what a pivot would change, from the manifest and config alone; nothing is
 //! downloaded beyond them and nothing is written.
 
+use pivot_testkit::{encapsulate, ext_fixtures_tool, skopeo_push, ImageSpec, Tree};
+
 use crate::common::*;
 
 #[test]
 fn check_reports_the_update_from_manifest_and_config_only_and_writes_nothing() {
     let env = Env::new();
-    let v2 = env.push_v2();
+    let mut spec = ImageSpec::new(fixture("os-v2"), "2");
+    spec.labels = vec![("ostree.linux".into(), "6.1.0-28-amd64".into())];
+    spec.created = Some("2026-11-30T15:00:00.5Z".into());
+    let v2 = env.push("v2", &spec);
     let before = env.sysroot.snapshot().unwrap();
 
     let out = env.pivot(&["--check", &v2.by_tag]);
     assert_success(&out);
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(report.contains("update available"), "{report}");
-    assert!(report.contains("version: 2 (now 1)"), "{report}");
-    assert!(report.contains(&v2.commit), "{report}");
-    assert!(report.contains("in 1 layer(s)"), "{report}");
+    let pinned = format!("{}/pivot/os@{}", env.registry.host(), v2.digest);
+    assert!(
+        report.contains(&format!("Update available ({STATEROOT}): {pinned}")),
+        "{report}"
+    );
+    assert!(report.contains("Version: 2 (now 1)"), "{report}");
+    assert!(
+        report.contains(&format!("Commit: {} (now ", v2.commit)),
+        "{report}"
+    );
+    assert!(
+        report.contains("Timestamp: 2026-11-30 15:00:00 UTC"),
+        "{report}"
+    );
+    assert!(report.contains("Kernel: 6.1.0-28-amd64"), "{report}");
+    assert!(report.contains(" in 1 of 1 layer\n"), "{report}");
 
-    assert_eq!(env.registry.count_requests("GET", &v2.config_digest), 1);
+    // The same as JSON, in the status document's vocabulary.
+    let out = env.pivot(&["--check", "--json", &v2.by_tag]);
+    assert_success(&out);
+    let check: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(check["kind"], "PivotUpdateCheck");
+    assert_eq!(check["version"], "1");
+    let update = &check["update"];
+    assert_eq!(update["image"], pinned.as_str());
+    assert_eq!(update["commit"], v2.commit.as_str());
+    assert_eq!(update["kernel"], "6.1.0-28-amd64");
+    assert_eq!(update["timestamp"], 1_796_050_800);
+    assert_eq!(update["download"]["bytes"], v2.layer_sizes[0], "{update}");
+    assert_eq!(update["download"]["layers"], 1);
+
+    // One config fetch per check, and no layer.
+    assert_eq!(env.registry.count_requests("GET", &v2.config_digest), 2);
     for layer in &v2.layer_digests {
         assert_eq!(env.registry.count_requests("GET", layer), 0, "{layer}");
     }
@@ -26,15 +58,15 @@ fn check_reports_the_update_from_manifest_and_config_only_and_writes_nothing() {
     let status = env.status_json();
     let state = &status["pivot"][STATEROOT];
     assert!(state["last"].is_null() && state["attempts"] == 0, "{state}");
-    let pinned = format!("{}/pivot/os@{}", env.registry.host(), v2.digest);
-    assert_eq!(state["cached_update"]["image"], pinned.as_str());
-    assert_eq!(state["cached_update"]["version"], "2");
+    assert_eq!(&state["cached_update"], update);
     let text = env.subcommand("status", &[]);
+    let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        String::from_utf8_lossy(&text.stdout)
-            .contains(&format!("Update available ({STATEROOT}): {pinned}")),
-        "{text:?}"
+        text.contains(&format!("Update available ({STATEROOT}): {pinned}")),
+        "{text}"
     );
+    assert!(text.contains("Kernel: 6.1.0-28-amd64"), "{text}");
+    assert!(text.contains(" in 1 of 1 layer\n"), "{text}");
 
     // Pivoting to it makes it no news.
     assert_success(&env.pivot(&[&v2.by_tag]));
@@ -64,6 +96,11 @@ fn check_at_target_exits_77() {
     assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
     assert!(stderr(&out).contains("already"), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).is_empty());
+    let out = env.pivot(&["--check", "--json", &v2.by_tag]);
+    assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
+    let check: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(check["update"].is_null(), "{check}");
+    assert_eq!(check["checksum"], v2.commit.as_str());
 }
 
 #[test]
@@ -78,7 +115,85 @@ fn check_with_the_commit_already_in_the_repo_has_nothing_to_download() {
     assert_success(&out);
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
-        report.contains("download: 0 B in 0 layer(s), the commit is already in the repo"),
+        report.contains("Download: nothing: the commit is in the repo already"),
         "{report}"
     );
+}
+
+/// `tree` committed as `version` and encapsulated chunked by ostree-rs-ext, pushed as
+/// `pivot/native:<tag>`; its pullspec and its manifest's layers (digest, size).
+pub(crate) fn push_chunked(
+    env: &Env,
+    tree: &Tree,
+    version: &str,
+    tag: &str,
+) -> (String, Vec<(String, u64)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let repo_path = dir.path().join("repo");
+    let repo = ostree::Repo::new_for_path(&repo_path);
+    repo.create(ostree::RepoMode::Archive, ostree::gio::Cancellable::NONE)
+        .unwrap();
+    pivot_testkit::commit_tree(&repo, tree, Some("os"), version).unwrap();
+    let tool = ext_fixtures_tool(false).unwrap();
+    encapsulate(
+        &tool,
+        &repo_path,
+        "os",
+        &dir.path().join("oci"),
+        Some("chunked"),
+    )
+    .unwrap();
+    let pullspec = format!("{}/pivot/native:{tag}", env.registry.host());
+    skopeo_push(&dir.path().join("oci/chunked"), &pullspec).unwrap();
+    let manifest = std::fs::read_dir(dir.path().join("oci/chunked/blobs/sha256"))
+        .unwrap()
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .find(|j| j["layers"].is_array())
+        .expect("the manifest");
+    let layers = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["digest"].as_str().unwrap().to_string(),
+                l["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    (pullspec, layers)
+}
+
+#[test]
+fn check_of_a_chunked_native_update_counts_only_the_layers_the_node_lacks() {
+    let env = Env::new();
+    // Two trees that differ in one file of one component (usr/share), of the same size.
+    let tree =
+        |content: &str| fixture("os-v2").with_file("usr/share/pivot/component", 0o644, content);
+    let (v1, v1_layers) = push_chunked(&env, &tree("release one"), "1", "v1");
+    let (v2, v2_layers) = push_chunked(&env, &tree("release two"), "2", "v2");
+    assert_success(&env.pivot(&[&v1]));
+
+    let fetched: Vec<&(String, u64)> = v2_layers
+        .iter()
+        .filter(|l| !v1_layers.contains(l))
+        .collect();
+    assert_eq!(
+        fetched.len(),
+        2,
+        "the commit layer and one component: {fetched:?}"
+    );
+    let out = env.pivot(&["--check", "--json", &v2]);
+    assert_success(&out);
+    let check: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let download = &check["update"]["download"];
+    assert_eq!(
+        download["bytes"],
+        fetched.iter().map(|l| l.1).sum::<u64>(),
+        "{download}"
+    );
+    assert_eq!(download["layers"], 2);
+    assert_eq!(download["of_layers"], v2_layers.len());
+    assert_eq!(download["commit_in_repo"], false);
 }

@@ -367,6 +367,12 @@ fn push_native_one_layer(env: &Env, tree: &pivot_testkit::Tree) -> PushedImage {
         digest,
         commit,
         config_digest: manifest["config"]["digest"].as_str().unwrap().to_string(),
+        layer_sizes: manifest["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["size"].as_u64().unwrap())
+            .collect(),
         layer_digests,
         by_tag,
     }

@@ -80,3 +80,164 @@ fn karg_flag_with_a_space_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("space"), "{}", stderr(&out));
 }
+
+/// `kargs = [...]` in a kargs.d file.
+fn kargs_toml(args: &[&str]) -> String {
+    let quoted: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+    format!("kargs = [{}]\n", quoted.join(", "))
+}
+
+/// `tree` as version `version`, shipping `files` under /usr/lib/bootc/kargs.d.
+fn with_kargs_d(
+    tree: pivot_testkit::Tree,
+    version: &str,
+    files: &[(&str, String)],
+) -> pivot_testkit::Tree {
+    let mut tree = tree.with_file(
+        "usr/lib/os-release",
+        0o644,
+        &format!("NAME=\"Pivot Test OS\"\nID=pivot-test\nVERSION_ID={version}\nPRETTY_NAME=\"Pivot Test OS {version}\"\n"),
+    );
+    for (name, text) in files {
+        tree = tree.with_file(&format!("usr/lib/bootc/kargs.d/{name}"), 0o644, text);
+    }
+    tree
+}
+
+#[test]
+fn kargs_d_of_each_image_is_added_changed_and_dropped_and_the_admins_own_stay() {
+    let env = Env::new();
+    let file = env.default_etc().join("pivot/kernel-args");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "ADD nosmt\n").unwrap();
+    let other_arch = if std::env::consts::ARCH == "aarch64" {
+        "x86_64"
+    } else {
+        "aarch64"
+    };
+    let v2 = with_kargs_d(
+        fixture("os-v2"),
+        "2",
+        &[
+            ("10-console.toml", kargs_toml(&["console=tty0", "quiet"])),
+            ("20-drop.toml", kargs_toml(&["drop.me=1"])),
+            (
+                "30-other-arch.toml",
+                format!(
+                    "{}match-architectures = [\"{other_arch}\"]\n",
+                    kargs_toml(&["other.arch"])
+                ),
+            ),
+            // Not a .toml file: not read (bootc skips it too), whatever it holds.
+            ("README", "not toml [".into()),
+        ],
+    );
+    let v2 = env.push("v2", &pivot_testkit::ImageSpec::new(v2, "2"));
+    assert_success(&env.pivot(&["--karg-append", "mitigations=off", &v2.by_tag]));
+    let options = entry_options(&env, "2");
+    let has = |options: &[String], arg: &str| options.iter().any(|o| o == arg);
+    for arg in [
+        "console=tty0",
+        "quiet",
+        "drop.me=1",
+        "nosmt",
+        "mitigations=off",
+        KARGS[0],
+        KARGS[1],
+    ] {
+        assert!(has(&options, arg), "{arg} missing: {options:?}");
+    }
+    assert!(!has(&options, "other.arch"), "{options:?}");
+
+    // v3 changes one file, drops another, adds a third.
+    let v3 = with_kargs_d(
+        fixture("os-v2"),
+        "3",
+        &[
+            ("10-console.toml", kargs_toml(&["console=tty1", "quiet"])),
+            ("40-new.toml", kargs_toml(&["added.in.v3"])),
+        ],
+    );
+    let v3 = env.push("v3", &pivot_testkit::ImageSpec::new(v3, "3"));
+    assert_success(&env.pivot(&[&v3.by_tag]));
+    let options = entry_options(&env, "3");
+    for arg in [
+        "console=tty1",
+        "quiet",
+        "added.in.v3",
+        "nosmt",
+        "mitigations=off",
+        KARGS[0],
+        KARGS[1],
+    ] {
+        assert!(has(&options, arg), "{arg} missing: {options:?}");
+    }
+    for arg in ["console=tty0", "drop.me=1"] {
+        assert!(!has(&options, arg), "{arg} stayed: {options:?}");
+    }
+    assert_eq!(
+        options.iter().filter(|o| *o == "quiet").count(),
+        1,
+        "{options:?}"
+    );
+
+    // Status tells where each came from.
+    let status = env.status_json();
+    let args = status["deployments"][0]["kernel_arguments"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let source = |arg: &str| {
+        let a = args
+            .iter()
+            .find(|a| a["arg"] == arg)
+            .unwrap_or_else(|| panic!("{arg}: {args:?}"));
+        (
+            a["source"].as_str().unwrap().to_string(),
+            a["file"].as_str().map(str::to_string),
+        )
+    };
+    assert_eq!(
+        source("console=tty1"),
+        ("image".into(), Some("10-console.toml".into()))
+    );
+    assert_eq!(
+        source("added.in.v3"),
+        ("image".into(), Some("40-new.toml".into()))
+    );
+    assert_eq!(source("nosmt"), ("admin".into(), None));
+    // --karg-append was v2's: on v3 it is carried over, as the installer's are.
+    assert_eq!(source("mitigations=off"), ("carried".into(), None));
+    assert_eq!(source(KARGS[1]), ("carried".into(), None));
+    assert!(args.iter().any(|a| a["source"] == "libostree"), "{args:?}");
+    let text = String::from_utf8(env.subcommand("status", &[]).stdout).unwrap();
+    // In command-line order: `quiet` stays where it was, console=tty1 came in at the end.
+    assert!(
+        text.contains("Image kargs: quiet console=tty1 (10-console.toml)"),
+        "{text}"
+    );
+    assert!(text.contains("Admin kargs: nosmt"), "{text}");
+}
+
+#[test]
+fn an_image_whose_kargs_d_cannot_be_read_is_refused_before_anything_is_written() {
+    let env = Env::new();
+    let bad = with_kargs_d(
+        fixture("os-v2"),
+        "2",
+        &[(
+            "10-console.toml",
+            "kargs = [\"console=tty0\"]\narch = [\"x86_64\"]\n".into(),
+        )],
+    );
+    let image = env.push("bad", &pivot_testkit::ImageSpec::new(bad, "2"));
+    assert_refused(
+        &env,
+        &[&image.by_tag],
+        &[
+            "kernel arguments the image ships",
+            "10-console.toml",
+            "unknown field `arch`",
+        ],
+    );
+}

@@ -10,6 +10,7 @@ mod common;
 mod confirm;
 mod containers_image;
 mod crash;
+mod diff;
 mod download_only;
 mod fleet;
 mod handover;

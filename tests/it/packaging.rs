@@ -71,6 +71,7 @@ const SHIPPED: &[&str] = &[
     "/usr/share/fish/vendor_completions.d/pivot.fish",
     "/usr/share/man/man1/pivot-config.1",
     "/usr/share/man/man1/pivot-confirm.1",
+    "/usr/share/man/man1/pivot-diff.1",
     "/usr/share/man/man1/pivot-finalize.1",
     "/usr/share/man/man1/pivot-rollback.1",
     "/usr/share/man/man1/pivot-status.1",

@@ -39,9 +39,19 @@ impl Env {
         Env::build(registry, &std::env::temp_dir())
     }
 
+    /// A registry and a sysroot with `v1` (a tree in place of `os-v1`) deployed with [`KARGS`].
+    pub fn with_v1(v1: &Tree) -> Env {
+        let registry = Registry::start().expect("starting docker-registry");
+        Env::build_with(registry, &std::env::temp_dir(), v1)
+    }
+
     fn build(registry: Registry, dir: &Path) -> Env {
-        let sysroot = TestSysroot::new_in(dir, STATEROOT, &fixture("os-v1"), "1", &KARGS)
-            .expect("creating a v1 sysroot");
+        Env::build_with(registry, dir, &fixture("os-v1"))
+    }
+
+    fn build_with(registry: Registry, dir: &Path, v1: &Tree) -> Env {
+        let sysroot =
+            TestSysroot::new_in(dir, STATEROOT, v1, "1", &KARGS).expect("creating a v1 sysroot");
         let conf_dir = tempfile::tempdir().unwrap();
         let registries_conf = if registry.is_tls() {
             let path = conf_dir.path().join("registries.conf");

@@ -50,6 +50,9 @@ pub fn commit_tree(
 
     let meta = glib::VariantDict::new(None);
     meta.insert("version", version);
+    if !tree.rpm_pkglist.is_empty() {
+        meta.insert_value("rpmostree.rpmdb.pkglist", &tree.rpm_pkglist.to_variant());
+    }
     let meta = meta.end();
     let checksum = repo
         .write_commit_with_time(

@@ -44,6 +44,10 @@ pub struct ImageSpec {
     pub layers: usize,
     /// Signs the commit in the image's repo.
     pub commit_signer: Option<CommitSigner>,
+    /// More config labels (`ostree.linux`, ...).
+    pub labels: Vec<(String, String)>,
+    /// The config's `created` (RFC 3339), if any.
+    pub created: Option<String>,
 }
 
 impl ImageSpec {
@@ -59,6 +63,8 @@ impl ImageSpec {
             index: false,
             layers: 1,
             commit_signer: None,
+            labels: Vec::new(),
+            created: None,
         }
     }
 }
@@ -72,6 +78,8 @@ pub struct PushedImage {
     pub commit: String,
     pub config_digest: String,
     pub layer_digests: Vec<String>,
+    /// The layers' sizes, as the manifest gives them.
+    pub layer_sizes: Vec<u64>,
     pub by_tag: String,
     pub by_digest: String,
 }
@@ -113,6 +121,7 @@ struct Built {
     blobs: Vec<Vec<u8>>,
     config_digest: String,
     layer_digests: Vec<String>,
+    layer_sizes: Vec<u64>,
     manifest: Vec<u8>,
 }
 
@@ -197,6 +206,7 @@ pub fn push_oscontainer(
         commit,
         config_digest: real.config_digest,
         layer_digests: real.layer_digests,
+        layer_sizes: real.layer_sizes,
     })
 }
 
@@ -253,12 +263,14 @@ fn build_image(
     let mut diff_ids = Vec::new();
     let mut layer_descs = Vec::new();
     let mut layer_digests = Vec::new();
+    let mut layer_sizes = Vec::new();
     for items in layers {
         let tar = layer::tar(items)?;
         diff_ids.push(sha256_digest(&tar));
         let blob = layer::compress(&tar, spec.compression)?;
         layer_descs.push(descriptor(types.layer, &blob, None));
         layer_digests.push(sha256_digest(&blob));
+        layer_sizes.push(blob.len() as u64);
         blobs.push(blob);
     }
     let mut labels = serde_json::Map::new();
@@ -266,12 +278,19 @@ fn build_image(
     if let Some(commit) = commit_label {
         labels.insert(COMMIT_LABEL.into(), commit.into());
     }
-    let config = to_bytes(&json!({
+    for (key, value) in &spec.labels {
+        labels.insert(key.clone(), value.clone().into());
+    }
+    let mut config = json!({
         "architecture": arch,
         "os": "linux",
         "config": { "Labels": labels },
         "rootfs": { "type": "layers", "diff_ids": diff_ids },
-    }))?;
+    });
+    if let Some(created) = &spec.created {
+        config["created"] = created.clone().into();
+    }
+    let config = to_bytes(&config)?;
     let manifest = to_bytes(&json!({
         "schemaVersion": 2,
         "mediaType": types.manifest,
@@ -284,6 +303,7 @@ fn build_image(
         blobs,
         config_digest,
         layer_digests,
+        layer_sizes,
         manifest,
     })
 }

@@ -21,6 +21,9 @@ pub enum Entry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tree {
     entries: BTreeMap<String, Entry>,
+    /// rpm-ostree's `rpmostree.rpmdb.pkglist` for the commit's metadata: (name, epoch, version,
+    /// release, arch) per package; none when empty.
+    pub rpm_pkglist: Vec<(String, String, String, String, String)>,
 }
 
 /// `<workspace>/fixtures`, located from this crate's manifest dir.
@@ -52,6 +55,26 @@ impl Tree {
     pub fn with_file(mut self, path: &str, mode: u32, content: &str) -> Tree {
         let content = content.as_bytes().to_vec();
         self.insert(&clean_path(path), Entry::File { mode, content });
+        self
+    }
+
+    /// The tree with `list` as its commit's rpm-ostree package list (`name epoch version
+    /// release arch` per entry).
+    pub fn with_rpm_pkglist(mut self, list: &[&str]) -> Tree {
+        self.rpm_pkglist = list
+            .iter()
+            .map(|line| {
+                let f: Vec<&str> = line.split(' ').collect();
+                assert_eq!(f.len(), 5, "{line:?}: name epoch version release arch");
+                (
+                    f[0].into(),
+                    f[1].into(),
+                    f[2].into(),
+                    f[3].into(),
+                    f[4].into(),
+                )
+            })
+            .collect();
         self
     }
 
