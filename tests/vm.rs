@@ -426,6 +426,37 @@ fn uefi_first_boot_pivot() {
 const FIRST_BOOT_KARG: &str = "pivot.vm=first-boot";
 const ADMIN_EDIT: &str = "the admin's edit\n";
 
+/// v2's own kernel argument (its kargs.d) is on the command line it booted, and status says it
+/// came from the image; `pivot diff` reads the real dpkg database of the Debian trees (v1 → v2:
+/// as many packages as dpkg-query counts installed).
+fn assert_image_karg_and_package_list(m: &mut Machine, cmdline: &str) -> Result<()> {
+    let karg = os_commits::V2_IMAGE_KARG;
+    ensure!(
+        cmdline.split_whitespace().any(|a| a == karg),
+        "v2's kargs.d did not reach its command line: {cmdline}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&m.sh("pivot status --json --booted")?)?;
+    let listed = status["deployments"][0]["kernel_arguments"]
+        .as_array()
+        .and_then(|args| args.iter().find(|a| a["arg"] == karg))
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        listed["source"] == "image" && listed["file"] == "10-pivot-vm.toml",
+        "status does not name v2's kargs.d as the source of {karg}: {listed}"
+    );
+    let diff: serde_json::Value = serde_json::from_str(&m.sh("pivot diff --json 1 0")?)?;
+    let installed = m.sh("dpkg-query -W -f '${db:Status-Status}\\n' | grep -cx installed")?;
+    ensure!(
+        diff["to"]["packages_from"] == "/usr/share/dpkg/database/status"
+            && diff["to"]["packages"].as_u64() == installed.trim().parse::<u64>().ok()
+            && diff["from"]["packages"] == diff["to"]["packages"],
+        "pivot diff did not read the trees' dpkg databases ({} installed): {diff}",
+        installed.trim()
+    );
+    Ok(())
+}
+
 /// A new node whose /etc names v2 (as Ignition leaves it) pivots at its first boot, before
 /// kubelet, and reboots into v2 once: /etc carried over by a three-way merge, the kernel
 /// argument added, v1 kept as rollback, confirmed at boot; what `firmware` boots and libostree
@@ -478,6 +509,7 @@ fn first_boot_pivot_on(s: &Scenario, firmware: Firmware) -> Result<()> {
         cmdline.split_whitespace().any(|a| a == FIRST_BOOT_KARG),
         "/etc/pivot/kernel-args did not reach v2's command line: {cmdline}"
     );
+    assert_image_karg_and_package_list(&mut m, &cmdline)?;
     assert_admin_status(
         &m.sh("ostree admin status")?,
         &images.commits.v2,

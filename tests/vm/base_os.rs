@@ -272,9 +272,10 @@ fn to_ostree_layout(rootfs: &Path, kver: &str) -> Result<()> {
     // Empty: each machine gets its own (the disk builder writes one into the deployment).
     fs::write(r("etc/machine-id"), "")?;
     fs::write(r("etc/fstab"), "LABEL=boot /boot ext4 defaults 0 2\n")?;
-    // The dpkg database describes /usr, so it lives there; /var/lib/dpkg links to it.
-    fs::create_dir_all(r("usr/share/pivot-vm"))?;
-    fs::rename(r("var/lib/dpkg"), r("usr/share/pivot-vm/dpkg"))?;
+    // The dpkg database describes /usr, so it lives there, where Debian-based OSTree builders
+    // put it (and `pivot diff` reads it); /var/lib/dpkg links to it.
+    fs::create_dir_all(r("usr/share/dpkg"))?;
+    fs::rename(r("var/lib/dpkg"), r("usr/share/dpkg/database"))?;
     fs::rename(r("etc"), r("usr/etc"))?;
     cache::remove_tree(&r("var"))?;
     fs::create_dir(r("var"))?;
@@ -301,7 +302,7 @@ fn to_ostree_layout(rootfs: &Path, kver: &str) -> Result<()> {
          d /var/srv 0755 root root -\n\
          d /var/mnt 0755 root root -\n\
          d /var/usrlocal 0755 root root -\n\
-         L /var/lib/dpkg - - - - ../../usr/share/pivot-vm/dpkg\n",
+         L /var/lib/dpkg - - - - ../../usr/share/dpkg/database\n",
     )?;
     Ok(())
 }

@@ -107,6 +107,9 @@ const ENABLED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The kernel argument v2's `/usr/lib/bootc/kargs.d` lists.
+pub const V2_IMAGE_KARG: &str = "pivot.vm.image=v2";
+
 pub fn build(work: &Path, base: &BaseOs, pivot_bin: &Path) -> Result<OsCommits> {
     let repo = work.join("os-repo");
     ostree(&repo, &["init", "--mode=archive"])?;
@@ -158,6 +161,12 @@ pub fn build(work: &Path, base: &BaseOs, pivot_bin: &Path) -> Result<OsCommits> 
     for file in [ETC_UNTOUCHED, ETC_ADMIN_EDITED] {
         write(&v2_dir.join(file), 0o644, V2_ETC_DEFAULT.as_bytes())?;
     }
+    // The kernel argument v2 ships itself, in bootc's format.
+    write(
+        &v2_dir.join("usr/lib/bootc/kargs.d/10-pivot-vm.toml"),
+        0o644,
+        format!("kargs = [\"{V2_IMAGE_KARG}\"]\n").as_bytes(),
+    )?;
     let v2 = commit(
         &repo,
         V2_REF,
@@ -219,7 +228,7 @@ fn install_package(root: &Path, deb: &Path) -> Result<()> {
     let etc = root.join("etc");
     symlink("usr/etc", &etc)?;
     fs::create_dir_all(root.join("var/lib"))?;
-    symlink("../../usr/share/pivot-vm/dpkg", root.join("var/lib/dpkg"))?;
+    symlink("../../usr/share/dpkg/database", root.join("var/lib/dpkg"))?;
     let installed = {
         let _binds = base_os::ChrootBinds::mount(root)?;
         cmd::run(
