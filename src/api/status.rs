@@ -193,6 +193,10 @@ pub struct CachedUpdate {
     /// label), when it names the commit that would be deployed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// For an ostree-native image with derived layers: the commit they apply on (the commit
+    /// deployed is made at import).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
     /// When the image was made (its config's `created`), in seconds since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<u64>,

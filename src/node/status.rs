@@ -246,10 +246,14 @@ fn update_fields(out: &mut String, update: &status::CachedUpdate, now: Option<&s
     if let Some(digest) = update.manifest_digest.as_ref().filter(|d| !update.image.ends_with(d.as_str())) {
         field(out, "Digest", digest);
     }
-    let commit = update.commit.as_deref().unwrap_or("(made at import: the image has derived layers or names none)");
+    let commit = match (&update.commit, &update.base_commit) {
+        (Some(commit), _) => commit.clone(),
+        (None, Some(base)) => format!("made at import from {base} and the derived layers"),
+        (None, None) => "named by the image's repository".into(),
+    };
     match now {
         Some(now) => field(out, "Commit", &format!("{commit} (now {})", now.checksum)),
-        None => field(out, "Commit", commit),
+        None => field(out, "Commit", &commit),
     }
     if let Some(timestamp) = update.timestamp {
         field(out, "Timestamp", &format_utc(timestamp));
@@ -421,6 +425,7 @@ mod golden {
                 checked: 1_796_051_000,
                 manifest_digest: Some(format!("sha256:{}", "f".repeat(64))),
                 commit: Some("6".repeat(64)),
+                base_commit: None,
                 timestamp: Some(1_796_040_000),
                 kernel: Some("6.1.0-28-amd64".into()),
                 download: Some(status::Download {

@@ -44,6 +44,7 @@ impl Run<'_> {
             checked: state::now(),
             manifest_digest: Some(os.manifest_digest.clone()).filter(|d| !d.is_empty()),
             commit: os.commit_label.clone(),
+            base_commit: os.base_commit.clone(),
             timestamp: config["created"].as_str().and_then(rfc3339_seconds),
             kernel: label(KERNEL_LABEL),
             download: Some(Download {

@@ -48,6 +48,7 @@ fn man_page_documents_every_option_and_the_exit_status() {
         [
             "pivot-config.1",
             "pivot-confirm.1",
+            "pivot-diff.1",
             "pivot-finalize.1",
             "pivot-rollback.1",
             "pivot-status.1",

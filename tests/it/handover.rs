@@ -414,8 +414,9 @@ fn a_node_ostree_rs_ext_deployed_is_at_target_for_pivot_and_its_layers_are_reuse
     let kept = v3.layers().len() - changed.len();
     assert!(
         report.contains(&format!(
-            "in {} layer(s), {kept} layer(s) already in the repo",
-            changed.len()
+            " in {} of {} layers (the others are in the repo)",
+            changed.len(),
+            changed.len() + kept
         )),
         "{report}"
     );

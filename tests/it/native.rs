@@ -185,7 +185,7 @@ fn native_images_deploy_encapsulated_chunked_and_derived() {
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
         report.contains(&format!(
-            "made from {} and the derived layers",
+            "made at import from {} and the derived layers",
             images.commit
         )),
         "{report}"
