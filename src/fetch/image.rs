@@ -181,15 +181,6 @@ impl OsImage {
             config_json: String::from_utf8_lossy(config_json).into_owned(),
         })
     }
-
-    /// The metadata of the image's merge commit.
-    pub fn store_meta(&self) -> crate::import::store::ImageMeta<'_> {
-        crate::import::store::ImageMeta {
-            manifest_digest: &self.manifest_digest,
-            manifest_json: &self.manifest_json,
-            config_json: &self.config_json,
-        }
-    }
 }
 
 /// How many layers of an ostree-native image hold its commit: up to the layer whose diffid is

@@ -22,11 +22,8 @@ use anyhow::{Context, Result};
 use ostree::gio;
 use ostree::gio::prelude::FileExt;
 
-use super::staging::{lock_held, shown, staging_dirs};
+use super::staging::{lock_held, shells, shown, staging_dirs, ADOPT_PREFIX};
 use super::ObjectKey;
-
-/// The prefix of the repos that hold earlier boots' staging directories while they are read.
-const ADOPT_PREFIX: &str = "pivot-adopt-";
 
 /// What [`adopt`] took.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -120,19 +117,6 @@ fn earlier_boots(repo: &ostree::Repo, tmp: &Path) -> Result<Vec<PathBuf>> {
         let _ = std::fs::remove_file(tmp.join(format!("{name}-lock")));
     }
     Ok(shells(tmp))
-}
-
-/// The repos under `tmp` that hold earlier boots' staging directories, in name order.
-pub(super) fn shells(tmp: &Path) -> Vec<PathBuf> {
-    let mut repos: Vec<PathBuf> = std::fs::read_dir(tmp)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(ADOPT_PREFIX))
-        .map(|e| e.path())
-        .collect();
-    repos.sort();
-    repos
 }
 
 /// This boot's id, as libostree names its staging directories after it.

@@ -14,6 +14,7 @@ pub mod commit_walk;
 mod derived;
 pub mod gz;
 mod member;
+pub(crate) mod memory;
 mod native;
 mod objects;
 mod selinux;
@@ -32,6 +33,12 @@ use ostree::glib;
 use ostree::ObjectType;
 
 use crate::fetch::image::{is_checksum, Compression, Format, OsImage};
+
+/// Layers imported at once. Each layer's import already keeps two threads busy
+/// (decompression, object writes) but waits on the network and on fsync in turns; a second
+/// layer fills those gaps (measured: benches/pivot-bench). More would only add memory and
+/// spooled bytes on a 2-core node.
+pub const PARALLEL_LAYERS: usize = 2;
 use checkpoint::{Tracker, POINT_SPAN};
 use member::{Member, MemberCheck};
 pub(crate) use objects::{object_name, object_type, ObjectKey};

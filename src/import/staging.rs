@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The `staging-*` directories libostree keeps under the repo's `tmp/`.
 pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
@@ -20,6 +20,23 @@ pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
         .collect()
 }
 
+/// The prefix of the repos that hold earlier boots' staging directories while they are read
+/// ([`super::adopt()`]).
+pub(super) const ADOPT_PREFIX: &str = "pivot-adopt-";
+
+/// The repos under `tmp` that hold earlier boots' staging directories, in name order.
+pub(super) fn shells(tmp: &Path) -> Vec<PathBuf> {
+    let mut repos: Vec<PathBuf> = std::fs::read_dir(tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(ADOPT_PREFIX))
+        .map(|e| e.path())
+        .collect();
+    repos.sort();
+    repos
+}
+
 /// Removes the staging directories (and their lock files) that no live process holds: an
 /// ended transaction keeps its objects there for a later one to reuse, which a refused image
 /// must not, and a killed run (its `<name>-lock` file left behind, unheld) leaves them for
@@ -27,7 +44,7 @@ pub fn staging_dirs(tmp: &Path) -> BTreeSet<OsString> {
 /// after a day. A directory whose lock is held (a transaction of this or another program) is
 /// left alone. Earlier boots' directories moved aside to be read ([`super::adopt()`]) go too.
 pub fn remove_unheld_staging_dirs(tmp: &Path) {
-    for shell in super::adopt::shells(tmp) {
+    for shell in shells(tmp) {
         if let Err(e) = std::fs::remove_dir_all(&shell) {
             tracing::warn!("could not free {}: {e}", shown(&shell));
         }

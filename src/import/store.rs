@@ -153,6 +153,17 @@ pub struct ImageMeta<'a> {
     pub config_json: &'a str,
 }
 
+impl<'a> ImageMeta<'a> {
+    /// What `os`'s merge commit records.
+    pub fn of(os: &'a crate::fetch::image::OsImage) -> ImageMeta<'a> {
+        ImageMeta {
+            manifest_digest: &os.manifest_digest,
+            manifest_json: &os.manifest_json,
+            config_json: &os.config_json,
+        }
+    }
+}
+
 /// Writes the object-set commit of a component layer: a flat tree naming each content object
 /// it carried by its checksum (`sorted`: raw SHA-256s in ascending order, repeats allowed).
 /// Needs an open transaction; the objects must be in the repo. The dirtree and the commit are
@@ -164,7 +175,7 @@ pub fn write_object_set<'c>(
     sorted: impl Iterator<Item = &'c [u8; 32]> + Clone,
 ) -> Result<String> {
     let cancellable = gio::Cancellable::NONE;
-    crate::run::memory::release_freed();
+    crate::import::memory::release_freed();
     let tree = {
         let ty = glib::VariantTy::new("(a(say)a(sayay))").expect("the dirtree type");
         // SAFETY: `object_set_dirtree` writes GLib's normal form of this type (tested against

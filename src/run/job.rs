@@ -18,7 +18,7 @@ use crate::trust::ostree_remote;
 use crate::sysroot::deployments::{self, DeploymentInfo};
 use crate::fetch::image::{Compression, Format, Layer, OsImage};
 
-use crate::import::{self, RepoImporter};
+use crate::import::{self, RepoImporter, PARALLEL_LAYERS};
 use crate::sysroot::kargs::Edit;
 use crate::run::local::find_at_target;
 use crate::node::progress::Progress;
@@ -247,7 +247,7 @@ impl Job {
             Some(root) => root.clone(),
             None => store::commit_root(repo, base)?,
         };
-        let merge = store::write_merge_commit(repo, &root, &self.os.store_meta(), filtered)?;
+        let merge = store::write_merge_commit(repo, &root, &store::ImageMeta::of(&self.os), filtered)?;
         if derived.is_some() {
             import::verify_complete(repo, &merge)?;
         }
@@ -487,11 +487,6 @@ pub(crate) fn downloaded_ref(digest: &str, format: Format) -> String {
     }
 }
 
-/// Layers imported at once. Each layer's import already keeps two threads busy
-/// (decompression, object writes) but waits on the network and on fsync in turns; a second
-/// layer fills those gaps (measured: benches/pivot-bench). More would only add memory and
-/// spooled bytes on a 2-core node.
-pub const PARALLEL_LAYERS: usize = 2;
 
 /// Deployments as `stateroot/checksum.serial` (staged ones marked), in boot order.
 pub(crate) fn deployment_ids(deployments: &[DeploymentInfo]) -> Vec<String> {

@@ -16,10 +16,8 @@ pub(crate) mod job;
 mod layer;
 mod local;
 mod node;
-pub(crate) mod memory;
 pub mod rollback;
 
-pub use job::PARALLEL_LAYERS;
 
 use std::path::{Path, PathBuf};
 

@@ -333,7 +333,7 @@ fn clean_up(sysroot: &ostree::Sysroot) {
                     collected.layers
                 );
             }
-            crate::run::memory::release_freed();
+            crate::import::memory::release_freed();
             crate::sysroot::prune::prune(sysroot, &repo).context("pruning the repo")
         });
     match cleaned {

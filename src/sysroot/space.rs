@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use crate::sysroot::commit_files::{children, content, file_type, regular_file};
 
 use crate::node::progress::human;
-use crate::run::PARALLEL_LAYERS;
+use crate::import::PARALLEL_LAYERS;
 
 /// Bytes of objects per byte of (compressed) layer.
 pub const EXPANSION: f64 = 3.0;

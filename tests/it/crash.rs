@@ -278,7 +278,7 @@ fn a_layer_imported_before_a_kill_is_not_kept_twice_and_is_fetched_again_once_it
         );
     }
     assert!(
-        imported.len() >= LAYERS - pivot::run::PARALLEL_LAYERS,
+        imported.len() >= LAYERS - pivot::import::PARALLEL_LAYERS,
         "only {} of {LAYERS} layers were recorded as imported while the last one downloaded",
         imported.len()
     );
