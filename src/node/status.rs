@@ -18,6 +18,7 @@ use crate::sysroot::deployments::{self, DeploymentInfo};
 pub fn read(sysroot_path: &Path) -> Result<Status> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
     let deployments = deployments::list(&sysroot)?;
+    let repo = sysroot.repo();
     let mut pivot = BTreeMap::new();
     let mut stateroots: Vec<&str> = deployments.iter().map(|d| d.stateroot.as_str()).collect();
     stateroots.dedup();
@@ -32,13 +33,13 @@ pub fn read(sysroot_path: &Path) -> Result<Status> {
         kind: status::KIND.into(),
         version: status::FORMAT_VERSION,
         sysroot: sysroot_path.display().to_string(),
-        deployments: deployments.iter().map(deployment).collect(),
+        deployments: deployments.iter().map(|d| deployment(&repo, d)).collect(),
         pivot,
     })
 }
 
 /// A deployment as the status document shows it.
-fn deployment(d: &DeploymentInfo) -> Deployment {
+fn deployment(repo: &ostree::Repo, d: &DeploymentInfo) -> Deployment {
     Deployment {
         stateroot: d.stateroot.clone(),
         checksum: d.checksum.clone(),
@@ -54,8 +55,40 @@ fn deployment(d: &DeploymentInfo) -> Deployment {
         rollback: d.rollback,
         verification: d.verification,
         ostree_remote: d.ostree_remote.clone(),
-        kernel_arguments: d.kernel_arguments.clone(),
+        kernel_arguments: kernel_arguments(repo, d),
     }
+}
+
+/// A deployment's command line with each argument's source ([`KargSource`]): pivot's record of
+/// the admin's, else its image's kargs.d, else carried over.
+fn kernel_arguments(repo: &ostree::Repo, d: &DeploymentInfo) -> Vec<status::KernelArgument> {
+    let Some(options) = &d.options else {
+        return Vec::new();
+    };
+    let image = crate::sysroot::kargs_d::read(repo, &d.checksum).unwrap_or_else(|e| {
+        tracing::debug!("kargs.d of {}: {e:#}", d.checksum);
+        Vec::new()
+    });
+    options
+        .split_whitespace()
+        .map(|arg| {
+            let listed = image.iter().find(|k| k.arg == arg);
+            let (source, file) = if arg.starts_with("ostree=") {
+                (KargSource::Libostree, None)
+            } else if d.kargs_added.iter().any(|a| a == arg) {
+                (KargSource::Admin, None)
+            } else if let Some(listed) = listed {
+                (KargSource::Image, Some(listed.file.clone()))
+            } else {
+                (KargSource::Carried, None)
+            };
+            status::KernelArgument {
+                arg: arg.to_string(),
+                source,
+                file,
+            }
+        })
+        .collect()
 }
 
 /// The state file's record, as the status document shows it.

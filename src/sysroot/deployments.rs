@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use ostree::gio::prelude::FileExt;
 use ostree::{gio, glib};
 
-use crate::api::status::{KargSource, KernelArgument, Verification};
+use crate::api::status::Verification;
 use crate::import::store::ContainerCommit;
 
 /// Where libostree marks the staged deployment locked (`--lock-finalization`);
@@ -51,7 +51,11 @@ pub struct DeploymentInfo {
     pub base_commit: Option<String>,
     /// The pullspec pivot deployed this from, as it was given (tag included).
     pub pullspec: Option<String>,
-    pub kernel_arguments: Vec<KernelArgument>,
+    /// The kernel command line of its boot entry.
+    pub options: Option<String>,
+    /// The arguments pivot added for the admin when it made this deployment (its origin's
+    /// record).
+    pub kargs_added: Vec<String>,
     pub path: PathBuf,
 }
 
@@ -144,7 +148,15 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
                 rollback: Some(i) == rollback_idx,
                 verification: origin.as_ref().and_then(verification),
                 ostree_remote: origin.as_ref().and_then(ostree_remote),
-                kernel_arguments: kernel_arguments(&repo, d, &checksum, origin.as_ref()),
+                options: d
+                    .bootconfig()
+                    .and_then(|b| b.get("options"))
+                    .map(|o| o.to_string()),
+                kargs_added: origin
+                    .as_ref()
+                    .and_then(|o| o.string("pivot", crate::sysroot::deploy::KARGS_ADDED_KEY).ok())
+                    .map(|a| a.split_whitespace().map(str::to_string).collect())
+                    .unwrap_or_default(),
                 path: sysroot
                     .path()
                     .path()
@@ -171,47 +183,6 @@ fn own_origin(origin: &glib::KeyFile, checksum: &str) -> glib::KeyFile {
         let _ = copy.remove_group("pivot");
     }
     copy
-}
-
-/// A deployment's command line with each argument's source ([`KargSource`]): pivot's record of
-/// the admin's, else its image's kargs.d, else carried over.
-fn kernel_arguments(
-    repo: &ostree::Repo,
-    d: &ostree::Deployment,
-    checksum: &str,
-    origin: Option<&glib::KeyFile>,
-) -> Vec<KernelArgument> {
-    let Some(options) = d.bootconfig().and_then(|b| b.get("options")) else {
-        return Vec::new();
-    };
-    let image = crate::sysroot::kargs_d::read(repo, checksum).unwrap_or_else(|e| {
-        tracing::debug!("kargs.d of {checksum}: {e:#}");
-        Vec::new()
-    });
-    let added = origin
-        .and_then(|o| o.string("pivot", crate::sysroot::deploy::KARGS_ADDED_KEY).ok())
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    options
-        .split_whitespace()
-        .map(|arg| {
-            let listed = image.iter().find(|k| k.arg == arg);
-            let (source, file) = if arg.starts_with("ostree=") {
-                (KargSource::Libostree, None)
-            } else if added.split_whitespace().any(|a| a == arg) {
-                (KargSource::Admin, None)
-            } else if let Some(listed) = listed {
-                (KargSource::Image, Some(listed.file.clone()))
-            } else {
-                (KargSource::Carried, None)
-            };
-            KernelArgument {
-                arg: arg.to_string(),
-                source,
-                file,
-            }
-        })
-        .collect()
 }
 
 /// The `version` key of a commit's metadata.
