@@ -175,6 +175,18 @@ impl Machine {
             self.since = at;
             self.console_mark = self.console_len();
             self.boots.push(boot.clone());
+            // The agent starts before the local filesystems (DefaultDependencies=no, so that it
+            // answers on a boot that goes wrong later): a boot is up once they are mounted too,
+            // /boot among them, which every libostree read in the guest needs. A first command
+            // sent at the agent's hello raced /boot's fsck and mount on a slow boot (`pivot
+            // status`: "/run/ostree-booted found, but no /boot/loader directory").
+            let mounted = self.run("systemctl start local-fs.target", self.scaled(120))?;
+            ensure!(
+                mounted.rc == 0,
+                "boot {}: the local filesystems did not mount:\n{}",
+                boot.n,
+                mounted.text
+            );
             return Ok(boot);
         }
     }
