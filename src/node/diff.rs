@@ -16,11 +16,8 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::api::diff::{Change, DiffSide, Package, PackageDiff, KIND};
 use crate::api::API_VERSION;
-use crate::sysroot::deployments::{self, commit_version, DeploymentInfo};
+use crate::sysroot::deployments::{self, commit_version, DeploymentInfo, DOWNLOADED_REF_PREFIX};
 use crate::sysroot::packages::{self, PackageList};
-
-/// Where downloads are kept ([`crate::run`]'s `--download-only`).
-const DOWNLOADED_REFS: &str = "pivot/downloaded/";
 
 /// One side picked: its commit and what it is, for people.
 struct Side {
@@ -198,26 +195,31 @@ fn default_to(repo: &ostree::Repo, list: &[DeploymentInfo], from: &str) -> Resul
     }
 }
 
-/// The download ref that keeps `checksum`, if one does.
-fn download_ref(repo: &ostree::Repo, checksum: &str) -> Result<Option<String>> {
+/// The repo's download refs (`--download-only`) and their commits.
+fn downloads(repo: &ostree::Repo) -> Result<Vec<(String, String)>> {
     let refs = repo
         .list_refs(None, ostree::gio::Cancellable::NONE)
         .context("listing the repo's refs")?;
     Ok(refs
         .into_iter()
-        .find(|(name, c)| name.starts_with(DOWNLOADED_REFS) && c == checksum)
-        .map(|(name, _)| name.to_string()))
+        .map(|(name, checksum)| (name.to_string(), checksum.to_string()))
+        .filter(|(name, _)| name.starts_with(DOWNLOADED_REF_PREFIX))
+        .collect())
+}
+
+/// The download ref that keeps `checksum`, if one does.
+fn download_ref(repo: &ostree::Repo, checksum: &str) -> Result<Option<String>> {
+    Ok(downloads(repo)?
+        .into_iter()
+        .find(|(_, c)| c == checksum)
+        .map(|(name, _)| name))
 }
 
 /// The newest commit an earlier `--download-only` kept that no deployment is made of.
 fn newest_download(repo: &ostree::Repo, list: &[DeploymentInfo]) -> Result<Option<Side>> {
-    let refs = repo
-        .list_refs(None, ostree::gio::Cancellable::NONE)
-        .context("listing the repo's refs")?;
     let mut newest: Option<(u64, Side)> = None;
-    for (name, checksum) in refs {
-        let name = name.to_string();
-        if !name.starts_with(DOWNLOADED_REFS) || list.iter().any(|d| d.has_commit(&checksum)) {
+    for (name, checksum) in downloads(repo)? {
+        if list.iter().any(|d| d.has_commit(&checksum)) {
             continue;
         }
         let Ok(commit) = repo.load_commit(&checksum) else {

@@ -15,7 +15,7 @@ use crate::trust::Verified;
 
 use crate::sysroot::deploy::{self, Deployed, OriginInfo, OriginSignature, SysrootLock};
 use crate::trust::ostree_remote;
-use crate::sysroot::deployments::{self, DeploymentInfo};
+use crate::sysroot::deployments::{self, DeploymentInfo, DOWNLOADED_REF_PREFIX};
 use crate::fetch::image::{Compression, Format, Layer, OsImage};
 
 use crate::import::{self, RepoImporter, PARALLEL_LAYERS};
@@ -482,8 +482,8 @@ fn unmark_partial(repo: &ostree::Repo, commit: &str) -> Result<()> {
 pub(crate) fn downloaded_ref(digest: &str, format: Format) -> String {
     let digest = digest.replace(':', "-");
     match format {
-        Format::Legacy => format!("pivot/downloaded/{digest}"),
-        Format::Native => format!("pivot/downloaded/native/{digest}"),
+        Format::Legacy => format!("{DOWNLOADED_REF_PREFIX}{digest}"),
+        Format::Native => format!("{DOWNLOADED_REF_PREFIX}native/{digest}"),
     }
 }
 

@@ -14,6 +14,10 @@ use crate::import::store::ContainerCommit;
 /// ostree-finalize-staged skips a deployment while it exists.
 pub const STAGED_LOCKED: &str = "/run/ostree/staged-deployment-locked";
 
+/// Where the repo keeps `--download-only` commits: `<prefix><digest>` for a legacy image,
+/// `<prefix>native/<digest>` for an ostree-native one.
+pub const DOWNLOADED_REF_PREFIX: &str = "pivot/downloaded/";
+
 /// The scheme of the origin's `custom-url`, as openshift/pivot wrote it.
 pub const ORIGIN_SCHEME: &str = "pivot://";
 /// The transport of an ostree-native deployment's `container-image-reference`, as bootc and
