@@ -196,12 +196,21 @@ impl Qemu {
             .open(&paths.qemu_log)?;
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args(firmware::qemu_args(firmware, &paths.dir)?)
-            .args(["-m", MEMORY_MB, "-smp", "2"])
+            .args(["-m", MEMORY_MB])
             .args(match accel {
-                Accel::Kvm => ["-accel", "kvm", "-cpu", "host"],
-                // Measured: `-cpu max` does not make the guest's pivot faster.
-                Accel::Tcg => ["-accel", "tcg", "-cpu", "qemu64"],
+                Accel::Kvm => ["-accel", "kvm", "-cpu", "host", "-smp", "2"],
+                // Measured: `-cpu max` does not make the guest's pivot faster. One vCPU: two
+                // guests run at a time on two host cores, and a guest with two emulated vCPUs
+                // overcommits them; a vCPU preempted while holding a kernel lock leaves the other
+                // spinning (CI saw soft-lockup traces, then a boot that never came up in 600 s).
+                // With one, a guest boots faster here too (locked-finalization 251 → 233 s).
+                Accel::Tcg => ["-accel", "tcg", "-cpu", "qemu64", "-smp", "1"],
             })
+            // The host's entropy for the guest's: without it, every boot waits in
+            // systemd-random-seed for the kernel's jitter entropy (1.5 s here, far longer on an
+            // emulated vCPU the host starves), before local-fs.target.
+            .args(["-object", "rng-random,id=rng0,filename=/dev/urandom"])
+            .args(["-device", "virtio-rng-pci,rng=rng0"])
             .args(["-nodefaults", "-no-user-config", "-display", "none"])
             // cache=unsafe: the harness only reads the disk after a clean poweroff (QEMU flushes
             // on exit), and TCG guests spend much less time waiting for fsync.

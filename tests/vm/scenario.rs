@@ -21,8 +21,8 @@ pub struct Scenario {
 /// Runs `body` as scenario `name`; panics with the failure report if it fails.
 pub fn run(name: &'static str, body: impl FnOnce(&Scenario) -> Result<()>) {
     hold_run_lock();
-    // Two scenarios at a time (the test harness's threads permitting): an emulated guest keeps
-    // about one and a quarter cores busy while it boots and leaves them idle while the harness
+    // Two scenarios at a time (the test harness's threads permitting): an emulated guest (one
+    // vCPU, see qemu.rs) keeps a core busy while it boots and leaves it idle while the harness
     // builds or reads disks, so two interleave well on two cores; the boot timeouts allow three
     // times what KVM needs. PIVOT_VM_PARALLEL=1 runs them one by one.
     let _slot = Slots::take();
@@ -135,6 +135,13 @@ fn report(s: &Scenario, error: &str, elapsed: std::time::Duration) -> String {
                 "Error",
                 "error",
                 "Timed out",
+                // The kernel's own alarms: what a guest that stops making progress prints.
+                "BUG:",
+                "WARNING:",
+                "INFO:",
+                "rcu:",
+                "watchdog:",
+                "hung_task",
             ]
             .iter()
             .any(|w| l.contains(w))
