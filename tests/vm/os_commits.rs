@@ -107,6 +107,15 @@ const ENABLED: &[(&str, &str)] = &[
     ),
 ];
 
+/// Debian's defaults the test OS disables, as an image builder trims what its nodes do not need:
+/// e2scrub_reap runs LVM's tools at every boot, on the one emulated vCPU pivot-confirm needs,
+/// and a boot that pivot ends by rebooting (a failed health check) killed it mid-run, a failed
+/// unit the scenario then saw.
+const DISABLED: &[&str] = &[
+    "usr/etc/systemd/system/multi-user.target.wants/e2scrub_reap.service",
+    "usr/etc/systemd/system/timers.target.wants/e2scrub_all.timer",
+];
+
 /// The kernel argument v2's `/usr/lib/bootc/kargs.d` lists.
 pub const V2_IMAGE_KARG: &str = "pivot.vm.image=v2";
 
@@ -133,6 +142,9 @@ pub fn build(work: &Path, base: &BaseOs, pivot_bin: &Path) -> Result<OsCommits> 
         let dir = v1_dir.join("usr/lib/systemd/system").join(wants);
         fs::create_dir_all(&dir)?;
         symlink(format!("../{unit}"), dir.join(unit))?;
+    }
+    for link in DISABLED {
+        fs::remove_file(v1_dir.join(link)).with_context(|| format!("disabling {link}"))?;
     }
     let deb = package(work, pivot_bin)?;
     install_package(&v1_dir, &deb)?;
