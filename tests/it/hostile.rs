@@ -210,13 +210,14 @@ fn file_object_whose_content_does_not_match_its_name_is_refused() {
     let new: Vec<_> = files.iter().filter(|c| !on_node(c)).collect();
     let member = |c: &str| RepoTar::object_member(c, "filez");
     // Content the node already has (libostree 2022.7 accepts metadata like that under any name;
-    // file objects it checks, and pivot compares the checksum it returns in both cases).
+    // pivot compares every object's checksum with its name).
     let data = repo.tar.file_data(&member(present)).unwrap().to_vec();
     let tar = repo.tar.clone().replace_file(&member(new[0]), data);
     let image = push_layers(&env, "mismatch-known", &[&tar], &repo.commit);
     let needles = [new[0].as_str(), present.as_str(), ".filez"];
     assert_refused(&env, &[&image.by_tag], &needles);
-    // Content nobody has: libostree's own check names both checksums.
+    // Content nobody has: pivot checks an object held in memory itself, before libostree writes
+    // it as trusted (src/import/objects.rs), and names both checksums.
     let data = repo.tar.file_data(&member(new[1])).unwrap().to_vec();
     let tar = repo.tar.clone().replace_file(&member(new[0]), data);
     let image = push_layers(&env, "mismatch-new", &[&tar], &repo.commit);
