@@ -1,7 +1,9 @@
-//! Writing one archive-repo object file into the open transaction. libostree verifies each object
-//! against the checksum it is named by, except when the content it actually holds is already in
-//! the repo (libostree 2022.7 then returns success with the real checksum), so the checksum
-//! libostree returns is compared with the name as well.
+//! Writing one archive-repo object file into the open transaction. Every object is checked
+//! against the checksum it is named by before it can count as staged: a file object held in
+//! memory by pivot itself, before libostree writes it as trusted ([`write_filez_verified`]);
+//! anything else by libostree, except when the content it actually holds is already in the repo
+//! (libostree 2022.7 then returns success with the real checksum), so the checksum libostree
+//! returns is compared with the name as well.
 // unsafe: libostree calls the Rust bindings do not offer.
 #![allow(unsafe_code)]
 
