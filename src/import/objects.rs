@@ -249,12 +249,32 @@ fn write_filez(
     input: &impl IsA<gio::InputStream>,
     size: u64,
 ) -> Result<String> {
+    let (stream, length) = content_stream(input, size)?;
+    write_checked(repo, checksum, &stream, length)
+}
+
+/// The content stream of an archive-z2 "filez" object of `size` bytes read from `input` (the
+/// length-prefixed header, then the content, inflated as it is read) and its length.
+fn content_stream(
+    input: &impl IsA<gio::InputStream>,
+    size: u64,
+) -> Result<(gio::InputStream, u64)> {
     let (content, info, xattrs) =
         parse_content_stream(input, size).context("parsing archived file object")?;
-    let (stream, length) = raw_file_to_content_stream(content.as_ref(), &info, xattrs.as_ref())
-        .context("reading archived file object")?;
+    raw_file_to_content_stream(content.as_ref(), &info, xattrs.as_ref())
+        .context("reading archived file object")
+}
+
+/// Writes a content stream with libostree checking it hashes to `checksum`; returns the checksum
+/// libostree computed.
+fn write_checked(
+    repo: &ostree::Repo,
+    checksum: &str,
+    stream: &gio::InputStream,
+    length: u64,
+) -> Result<String> {
     let written = repo
-        .write_content(Some(checksum), &stream, length, gio::Cancellable::NONE)
+        .write_content(Some(checksum), stream, length, gio::Cancellable::NONE)
         .context("writing file object")?;
     Ok(written.to_hex())
 }
@@ -275,13 +295,9 @@ fn write_filez_verified(
     size: u64,
 ) -> Result<String> {
     let input = gio::MemoryInputStream::from_bytes(data);
-    let (content, info, xattrs) =
-        parse_content_stream(&input, size).context("parsing archived file object")?;
-    let (stream, length) = raw_file_to_content_stream(content.as_ref(), &info, xattrs.as_ref())
-        .context("reading archived file object")?;
+    let (stream, length) = content_stream(&input, size)?;
     if length > VERIFIED_IN_MEMORY {
-        let input = gio::MemoryInputStream::from_bytes(data);
-        return write_filez(repo, checksum, &input, size);
+        return write_checked(repo, checksum, &stream, length);
     }
     let mut bytes = Vec::with_capacity(length as usize);
     stream
