@@ -43,7 +43,7 @@ impl Registry {
         Ok(match protocol {
             ClientProtocol::Http => {
                 tracing::warn!(registry = %host, "registry is marked insecure and does not speak TLS: using plain HTTP");
-                Registry::connect(source, access, ClientProtocol::Http)?
+                Registry::connect_with(source, access, ClientProtocol::Http, Some(tls.http))?
             }
             _ => {
                 tracing::warn!(registry = %host, "registry is marked insecure: its TLS certificate is not verified");

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use oci_client::client::{
-    BlobResponse, Certificate, CertificateEncoding, ClientConfig, ClientIdentity, ClientProtocol,
+    BlobResponse, ClientConfig, ClientProtocol,
 };
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::OciDescriptor;
@@ -124,6 +124,19 @@ impl Registry {
     /// Sets up the client for `source` over `protocol`; an insecure source's certificates are
     /// not verified (see [`insecure`]).
     pub fn connect(source: &Source, access: &Access, protocol: ClientProtocol) -> Result<Registry> {
+        Registry::connect_with(source, access, protocol, None)
+    }
+
+    /// [`Registry::connect`], sending through `http` when given: an HTTP client already set up
+    /// for this source (an insecure registry found to speak plain HTTP keeps the client that
+    /// asked). Setting up TLS loads the system's trust store, which OpenSSL 3 takes tens of
+    /// milliseconds to do; oci-client shares pivot's client instead of building its own.
+    pub(super) fn connect_with(
+        source: &Source,
+        access: &Access,
+        protocol: ClientProtocol,
+        http: Option<reqwest::Client>,
+    ) -> Result<Registry> {
         let image = source.image.clone();
         let host = image.registry.as_str();
         let tls_verify = access.tls_verify && !source.insecure;
@@ -152,35 +165,21 @@ impl Registry {
         if !access.tls_verify {
             tracing::warn!(registry = %host, "TLS certificate verification is off (--tls-verify=false)");
         }
-        let http = http_client(&tls.ca_pems, tls_verify, client_cert.as_ref())
-            .with_context(|| format!("setting up TLS for {host}"))?;
+        let http = match http {
+            Some(http) => http,
+            None => http_client(&tls.ca_pems, tls_verify, client_cert.as_ref())
+                .with_context(|| format!("setting up TLS for {host}"))?,
+        };
         let scheme = match protocol {
             ClientProtocol::Http => "http",
             _ => "https",
         };
+        // TLS, timeouts and the client identity are `http`'s: oci-client sends through it.
         let config = ClientConfig {
             protocol,
-            accept_invalid_certificates: !tls_verify,
-            accept_invalid_hostnames: !tls_verify,
-            extra_root_certificates: tls
-                .ca_pems
-                .into_iter()
-                .map(|data| Certificate {
-                    encoding: CertificateEncoding::Pem,
-                    data,
-                })
-                .collect(),
-            client_identity: client_cert.as_ref().map(|cert| ClientIdentity {
-                cert_chain_pem: cert.cert_chain_pem.clone(),
-                key_pkcs8_pem: cert.key_pkcs8_pem.clone(),
-            }),
-            connect_timeout: Some(CONNECT_TIMEOUT),
-            read_timeout: Some(STALL_TIMEOUT),
             ..Default::default()
         };
-        let client = Client::try_from(config)
-            .map_err(oci_error)
-            .with_context(|| format!("setting up TLS for {host}"))?;
+        let client = Client::with_http_client(config, http.clone());
         let (auth, auth_source) = match access.auth.lookup(&image.name())? {
             Some(creds) => {
                 tracing::info!(registry = %host, "using credentials from {}", creds.source.display());
@@ -476,12 +475,6 @@ fn skip_bytes(
             std::future::ready(out)
         })
         .boxed()
-}
-
-/// oci-client's errors already spell out their causes in their message; keeping them as one
-/// message avoids printing each cause twice in the error chain.
-fn oci_error(e: oci_client::errors::OciDistributionError) -> anyhow::Error {
-    anyhow::anyhow!("{}", retry::describe(&e))
 }
 
 /// Only the digest is passed on: a manifest's `urls` would send the client to other hosts.

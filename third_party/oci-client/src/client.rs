@@ -352,11 +352,6 @@ impl TryFrom<ClientConfig> for Client {
                 .tls_certs_merge(convert_certificates(&config.extra_root_certificates)?);
         }
 
-        #[cfg(all(feature = "native-tls", not(target_arch = "wasm32")))]
-        if let Some(identity) = &config.client_identity {
-            client_builder = client_builder.identity(reqwest::Identity::try_from(identity)?);
-        }
-
         if let Some(timeout) = config.read_timeout {
             client_builder = client_builder.read_timeout(timeout);
         }
@@ -408,6 +403,19 @@ impl Client {
                 ..Default::default()
             }
         })
+    }
+
+    /// A client for `config` that sends its requests through `client`, an HTTP client the
+    /// caller set up with the same settings (pivot's patch: see PATCHED.md). `config`'s TLS and
+    /// proxy options are not applied again; building a client loads the system's trust store.
+    pub fn with_http_client(config: ClientConfig, client: reqwest::Client) -> Self {
+        Self {
+            tokens: TokenCache::new(config.default_token_expiration_secs),
+            config: Arc::new(config),
+            auth_store: Arc::default(),
+            client,
+            push_chunk_size: PUSH_CHUNK_MAX_SIZE,
+        }
     }
 
     /// Create a new client with the supplied config
@@ -2529,43 +2537,6 @@ fn convert_certificates(certs: &[Certificate]) -> Result<Vec<reqwest::Certificat
     certs.iter().map(reqwest::Certificate::try_from).collect()
 }
 
-/// A TLS client identity: the certificate (chain) and private key the client presents when a
-/// registry asks for one (mutual TLS).
-#[cfg(feature = "native-tls")]
-#[derive(Clone)]
-pub struct ClientIdentity {
-    /// PEM certificates, the client's own certificate first, then any intermediates
-    pub cert_chain_pem: Vec<u8>,
-
-    /// The certificate's private key, PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`)
-    pub key_pkcs8_pem: Vec<u8>,
-}
-
-#[cfg(feature = "native-tls")]
-impl std::fmt::Debug for ClientIdentity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the key.
-        f.debug_struct("ClientIdentity")
-            .field(
-                "cert_chain_pem",
-                &String::from_utf8_lossy(&self.cert_chain_pem),
-            )
-            .finish_non_exhaustive()
-    }
-}
-
-#[cfg(all(feature = "native-tls", not(target_arch = "wasm32")))]
-impl TryFrom<&ClientIdentity> for reqwest::Identity {
-    type Error = OciDistributionError;
-
-    fn try_from(identity: &ClientIdentity) -> Result<Self> {
-        Ok(reqwest::Identity::from_pkcs8_pem(
-            &identity.cert_chain_pem,
-            &identity.key_pkcs8_pem,
-        )?)
-    }
-}
-
 /// A client configuration
 pub struct ClientConfig {
     /// Which protocol the client should use
@@ -2590,11 +2561,6 @@ pub struct ClientConfig {
     /// A list of extra root certificate to trust. This can be used to connect
     /// to servers using self-signed certificates
     pub extra_root_certificates: Vec<Certificate>,
-
-    /// A client certificate and key to present when a registry requests one
-    /// (mutual TLS). Defaults to None
-    #[cfg(feature = "native-tls")]
-    pub client_identity: Option<ClientIdentity>,
 
     /// A function that defines the client's behaviour if an Image Index Manifest
     /// (i.e Manifest List) is encountered when pulling an image.
@@ -2664,8 +2630,6 @@ impl Default for ClientConfig {
             use_monolithic_push: false,
             tls_certs_only: Vec::new(),
             extra_root_certificates: Vec::new(),
-            #[cfg(feature = "native-tls")]
-            client_identity: None,
             platform_resolver: Some(Box::new(current_platform_resolver)),
             max_concurrent_upload: DEFAULT_MAX_CONCURRENT_UPLOAD,
             max_concurrent_download: DEFAULT_MAX_CONCURRENT_DOWNLOAD,
