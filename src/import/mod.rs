@@ -232,8 +232,12 @@ impl RepoImporter {
             points: tracker.as_ref().map(|t| (t.points.clone(), POINT_SPAN)),
         };
         std::thread::scope(|scope| {
-            let producer =
-                scope.spawn(move || decompress(blob, compression, compressed_size, tx, start));
+            let producer = std::thread::Builder::new()
+                .name("pivot-decompress".into())
+                .spawn_scoped(scope, move || {
+                    decompress(blob, compression, compressed_size, tx, start)
+                })
+                .map_err(|e| anyhow!("starting the decompression thread: {e}"))?;
             let imported = self.import_stream(ChunkReader::new(rx), tracker.as_mut());
             let produced = producer
                 .join()

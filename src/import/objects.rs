@@ -1,26 +1,20 @@
 //! Writing one archive-repo object file into the open transaction. Every object is checked
-//! against the checksum it is named by before it can count as staged: a file object held in
-//! memory by pivot itself, before libostree writes it as trusted ([`write_filez_verified`]);
-//! anything else by libostree, except when the content it actually holds is already in the repo
-//! (libostree 2022.7 then returns success with the real checksum), so the checksum libostree
-//! returns is compared with the name as well.
-// unsafe: libostree calls the Rust bindings do not offer.
-#![allow(unsafe_code)]
+//! against the checksum it is named by before it can count as staged: a file object by pivot
+//! itself, before libostree writes it as trusted ([`filez`]); a metadata object by
+//! libostree, except when the content it actually holds is already in the repo (libostree
+//! 2022.7 then returns success with the real checksum), so the checksum libostree returns is
+//! compared with the name as well.
 
 use std::io::Read;
-use std::ptr;
 
 use anyhow::{anyhow, ensure, Context, Result};
 use ostree::gio;
-use ostree::gio::prelude::{InputStreamExtManual, IsA};
 use ostree::glib;
-use ostree::glib::translate::{from_glib_full, ToGlibPtr};
 use ostree::ObjectType;
-use sha2::{Digest, Sha256};
 
 use crate::fetch::image::is_checksum;
 
-use super::stream::{ChunkReader, STREAM_CHUNK};
+mod filez;
 
 /// Objects up to this size are written from memory (on the writer threads: see
 /// [`super::writers`]); larger ones are streamed.
@@ -28,9 +22,6 @@ pub(super) const IN_MEMORY_OBJECT: u64 = 1 << 20;
 /// Commit, dirtree, dirmeta and detached metadata objects are small; this bounds what a hostile
 /// image can make pivot hold in memory.
 pub(super) const MAX_METADATA_OBJECT: u64 = 64 << 20;
-/// The largest content stream of an in-memory file object that pivot inflates and checks itself
-/// ([`write_filez_verified`]); two writer threads hold at most this much each.
-const VERIFIED_IN_MEMORY: u64 = 2 << 20;
 
 /// Whether an object file was written or the repo already had it.
 #[derive(Debug, PartialEq, Eq)]
@@ -159,7 +150,7 @@ pub(super) fn write_object(
             if repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)? {
                 return Ok(Outcome::Skipped);
             }
-            let actual = write_filez_streaming(repo, checksum, entry, size)?;
+            let actual = filez::write(repo, checksum, entry, size)?;
             matches_name(checksum, ext, &actual)?;
             Ok(Outcome::Written)
         }
@@ -198,7 +189,7 @@ pub(super) fn write_object_bytes(
     let size = data.len() as u64;
     let data = glib::Bytes::from_owned(data);
     let actual = if objtype == ObjectType::File {
-        write_filez_verified(repo, checksum, &data, size)?
+        filez::write(repo, checksum, &mut &data[..], size)?
     } else {
         let variant = glib::Variant::from_bytes_with_type(&data, metadata_type(objtype));
         repo.write_metadata(objtype, Some(checksum), &variant, cancellable)
@@ -239,207 +230,6 @@ fn read_all(entry: &mut impl Read, size: u64) -> Result<Vec<u8>> {
     let mut data = Vec::with_capacity(size as usize);
     entry.take(size).read_to_end(&mut data)?;
     Ok(data)
-}
-
-/// Writes an archive-z2 "filez" object (a header, then zlib-compressed content) with libostree
-/// checking it hashes to `checksum`; returns the checksum libostree computed.
-fn write_filez(
-    repo: &ostree::Repo,
-    checksum: &str,
-    input: &impl IsA<gio::InputStream>,
-    size: u64,
-) -> Result<String> {
-    let (stream, length) = content_stream(input, size)?;
-    write_checked(repo, checksum, &stream, length)
-}
-
-/// The content stream of an archive-z2 "filez" object of `size` bytes read from `input` (the
-/// length-prefixed header, then the content, inflated as it is read) and its length.
-fn content_stream(
-    input: &impl IsA<gio::InputStream>,
-    size: u64,
-) -> Result<(gio::InputStream, u64)> {
-    let (content, info, xattrs) =
-        parse_content_stream(input, size).context("parsing archived file object")?;
-    raw_file_to_content_stream(content.as_ref(), &info, xattrs.as_ref())
-        .context("reading archived file object")
-}
-
-/// Writes a content stream with libostree checking it hashes to `checksum`; returns the checksum
-/// libostree computed.
-fn write_checked(
-    repo: &ostree::Repo,
-    checksum: &str,
-    stream: &gio::InputStream,
-    length: u64,
-) -> Result<String> {
-    let written = repo
-        .write_content(Some(checksum), stream, length, gio::Cancellable::NONE)
-        .context("writing file object")?;
-    Ok(written.to_hex())
-}
-
-/// Writes an archive-z2 "filez" object held in memory, checked here instead of by libostree.
-///
-/// An object's name is the SHA-256 of its content stream (the length-prefixed header, then the
-/// content). Debian's libostree 2022.7 hashes with GLib's plain-C SHA-256, a third of a
-/// large-file import's CPU (docs/benchmark.md); here the inflated stream is hashed with the CPU's
-/// SHA instructions, compared with the name, and only then written, as trusted, which libostree
-/// does not hash. Before the write, never after: a resumed run reuses the transaction's staging
-/// directory and trusts what it holds. A stream over [`VERIFIED_IN_MEMORY`] bytes takes
-/// libostree's own checked write, so memory stays bounded whatever the object inflates to.
-fn write_filez_verified(
-    repo: &ostree::Repo,
-    checksum: &str,
-    data: &glib::Bytes,
-    size: u64,
-) -> Result<String> {
-    let input = gio::MemoryInputStream::from_bytes(data);
-    let (stream, length) = content_stream(&input, size)?;
-    if length > VERIFIED_IN_MEMORY {
-        return write_checked(repo, checksum, &stream, length);
-    }
-    let mut bytes = Vec::with_capacity(length as usize);
-    stream
-        .into_read()
-        .take(length)
-        .read_to_end(&mut bytes)
-        .context("inflating archived file object")?;
-    ensure!(
-        bytes.len() as u64 == length,
-        "archived file object {checksum}.filez ends {} bytes early",
-        length - bytes.len() as u64
-    );
-    let actual = hex::encode(Sha256::digest(&bytes));
-    matches_name(checksum, "filez", &actual)?;
-    let verified = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(bytes));
-    repo.write_content_trusted(checksum, &verified, length, gio::Cancellable::NONE)
-        .context("writing file object")?;
-    Ok(actual)
-}
-
-/// `ostree_content_stream_parse()`. The ostree bindings return its content stream as an object,
-/// but for a symlink it is NULL; here it is an `Option`.
-fn parse_content_stream(
-    input: &impl IsA<gio::InputStream>,
-    size: u64,
-) -> Result<
-    (
-        Option<gio::InputStream>,
-        gio::FileInfo,
-        Option<glib::Variant>,
-    ),
-    glib::Error,
-> {
-    // SAFETY: plain out-parameters of a C function, each owned (transfer full) on success.
-    unsafe {
-        let mut content = ptr::null_mut();
-        let mut info = ptr::null_mut();
-        let mut xattrs = ptr::null_mut();
-        let mut error = ptr::null_mut();
-        let ok = ostree::ffi::ostree_content_stream_parse(
-            glib::ffi::GTRUE,
-            input.as_ref().to_glib_none().0,
-            size,
-            glib::ffi::GFALSE,
-            &mut content,
-            &mut info,
-            &mut xattrs,
-            ptr::null_mut(),
-            &mut error,
-        );
-        if ok == glib::ffi::GFALSE || info.is_null() {
-            let content: Option<gio::InputStream> = from_glib_full(content);
-            let xattrs: Option<glib::Variant> = from_glib_full(xattrs);
-            drop((content, xattrs));
-            return Err(if error.is_null() {
-                glib::Error::new(gio::IOErrorEnum::Failed, "no file info in file object")
-            } else {
-                from_glib_full(error)
-            });
-        }
-        Ok((
-            from_glib_full(content),
-            from_glib_full(info),
-            from_glib_full(xattrs),
-        ))
-    }
-}
-
-/// `ostree_raw_file_to_content_stream()`, taking a symlink's absent content stream as `None`.
-fn raw_file_to_content_stream(
-    content: Option<&gio::InputStream>,
-    info: &gio::FileInfo,
-    xattrs: Option<&glib::Variant>,
-) -> Result<(gio::InputStream, u64), glib::Error> {
-    // SAFETY: arguments are borrowed for the call; the out stream is owned on success.
-    unsafe {
-        let mut stream = ptr::null_mut();
-        let mut length = 0u64;
-        let mut error = ptr::null_mut();
-        let ok = ostree::ffi::ostree_raw_file_to_content_stream(
-            content.to_glib_none().0,
-            info.to_glib_none().0,
-            xattrs.to_glib_none().0,
-            &mut stream,
-            &mut length,
-            ptr::null_mut(),
-            &mut error,
-        );
-        if ok == glib::ffi::GFALSE || stream.is_null() {
-            return Err(if error.is_null() {
-                glib::Error::new(gio::IOErrorEnum::Failed, "no content stream")
-            } else {
-                from_glib_full(error)
-            });
-        }
-        Ok((from_glib_full(stream), length))
-    }
-}
-
-/// A large file object streams from the tar member to libostree through a small channel, so
-/// memory stays bounded whatever the file's size: libostree reads on a helper thread while this
-/// one feeds it.
-fn write_filez_streaming(
-    repo: &ostree::Repo,
-    checksum: &str,
-    entry: &mut impl Read,
-    size: u64,
-) -> Result<String> {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
-    std::thread::scope(|scope| {
-        let repo = repo.clone();
-        let writer = scope.spawn(move || {
-            let input = gio::ReadInputStream::new(ChunkReader::new(rx));
-            write_filez(&repo, checksum, &input, size)
-        });
-        let mut fed = Ok(());
-        loop {
-            let mut chunk = vec![0; STREAM_CHUNK];
-            match entry.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    chunk.truncate(n);
-                    // The writer stopped early (it failed): its error says why.
-                    if tx.send(chunk).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    fed = Err(anyhow!(e));
-                    break;
-                }
-            }
-        }
-        drop(tx);
-        let written = writer
-            .join()
-            .map_err(|_| anyhow!("the object writer panicked"))?;
-        match (fed, written) {
-            (Err(e), _) => Err(e),
-            (Ok(()), written) => written,
-        }
-    })
 }
 
 fn metadata_type(objtype: ObjectType) -> &'static glib::VariantTy {

@@ -12,9 +12,12 @@ use super::gz::{GzReader, InflatePoint, Points};
 use crate::fetch::blob_reader::Blob;
 use crate::fetch::image::Compression;
 
-pub(super) const STREAM_CHUNK: usize = 128 << 10;
+/// Streamed data moves between threads in chunks of this size: under glibc's mmap threshold
+/// (fixed at 128 KiB in `src/main.rs`), so a chunk's buffer comes from the heap and is reused,
+/// instead of being mapped, faulted in and unmapped every time.
+pub(super) const STREAM_CHUNK: usize = 64 << 10;
 /// Decompressed chunks buffered between the two threads (each [`STREAM_CHUNK`]).
-pub(super) const DECOMPRESSED_AHEAD: usize = 8;
+pub(super) const DECOMPRESSED_AHEAD: usize = 16;
 
 /// How far a layer of `compressed` bytes may decompress: 32 times its size plus 64 MiB. Real
 /// OS content compresses 2–5×; only runs of nothing compress further.

@@ -1,4 +1,6 @@
 use super::*;
+use ostree::gio::prelude::InputStreamExtManual;
+use sha2::{Digest, Sha256};
 
 #[test]
 fn object_paths_are_recognised() {
@@ -87,10 +89,10 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     found
 }
 
-/// Both ways a file object held in memory is written — checked by pivot, or by libostree when
-/// its stream is over `VERIFIED_IN_MEMORY` (3 MiB of zeros: a few KiB compressed) — land under
-/// their names with their content, and refuse content under another object's name without
-/// leaving anything in the repo.
+/// Both ways a file object held in memory is written — its stream inflated whole, or (3 MiB of
+/// zeros: a few KiB compressed) handed to libostree while it is hashed — land under their names
+/// with their content, and refuse content under another object's name without leaving anything
+/// in the repo.
 #[test]
 fn in_memory_file_objects_are_checked_before_they_are_written() {
     let dir = tempfile::tempdir().unwrap();
@@ -123,4 +125,58 @@ fn in_memory_file_objects_are_checked_before_they_are_written() {
         input.unwrap().into_read().read_to_end(&mut read).unwrap();
         assert_eq!(&read, content);
     }
+}
+
+/// `len` bytes that do not compress: a SHA-256 chain.
+fn incompressible(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 32);
+    let mut block = Sha256::digest(b"pivot").to_vec();
+    while out.len() < len {
+        block = Sha256::digest(&block).to_vec();
+        out.extend_from_slice(&block);
+    }
+    out.truncate(len);
+    out
+}
+
+/// A file object too large to hold (over `IN_MEMORY_OBJECT` compressed) streams to libostree
+/// while pivot hashes it, and its last chunk is held back until the hash matches: content
+/// under another object's name, or cut short, is refused naming the problem, and nothing lands
+/// in the repo or its staging directory; the real object lands with its content.
+#[test]
+fn streamed_file_objects_are_checked_before_they_land() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = incompressible(3 << 20);
+    let files = [("big", big.clone()), ("other", incompressible(2 << 20))];
+    let objects = filez_objects(dir.path(), &files);
+    assert!(objects.iter().all(|(_, d)| d.len() as u64 > IN_MEMORY_OBJECT));
+    let repo = ostree::Repo::new_for_path(dir.path().join("bare"));
+    repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
+        .unwrap();
+    repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
+    let has = |c: &str| {
+        repo.has_object(ObjectType::File, c, gio::Cancellable::NONE)
+            .unwrap()
+    };
+    let staged = || walkdir(&dir.path().join("bare/tmp")).len();
+    let before = staged();
+    let write = |name: &str, data: &[u8], size: usize| {
+        write_object(&repo, name, "filez", &mut &data[..], size as u64)
+    };
+    let ((big_name, big_data), (other_name, other_data)) = (&objects[0], &objects[1]);
+    let err = format!("{:#}", write(big_name, other_data, other_data.len()).unwrap_err());
+    assert!(err.contains(big_name.as_str()) && err.contains(other_name.as_str()), "{err}");
+    assert!(err.contains("does not match its name"), "{err}");
+    let cut = &big_data[..big_data.len() - 4096];
+    // The caller names the member; this says what is wrong with it.
+    let err = format!("{:#}", write(big_name, cut, big_data.len()).unwrap_err());
+    assert!(err.contains("inflating archived file object"), "{err}");
+    assert!(!has(big_name) && !has(other_name));
+    assert_eq!(staged(), before, "an unchecked object was left behind");
+    assert_eq!(write(big_name, big_data, big_data.len()).unwrap(), Outcome::Written);
+    assert_eq!(write(big_name, big_data, big_data.len()).unwrap(), Outcome::Skipped);
+    let (input, _, _) = repo.load_file(big_name, gio::Cancellable::NONE).unwrap();
+    let mut read = Vec::new();
+    input.unwrap().into_read().read_to_end(&mut read).unwrap();
+    assert!(read == big, "the object's content differs from the file's");
 }

@@ -1,0 +1,360 @@
+//! Archive-repo file objects ("filez": a header, then the content deflated), checked by pivot
+//! and written by libostree as trusted.
+//!
+//! An object's name is the SHA-256 of its content stream: the length-prefixed file header, then
+//! the content. pivot reads the archive header with libostree (which builds the header the name
+//! covers), inflates the content itself (zlib-rs, through flate2), hashes the stream with the
+//! CPU's SHA instructions and hands it to `ostree_repo_write_content_trusted`, which neither
+//! inflates nor hashes. Debian's libostree 2022.7 would hash with GLib's plain-C SHA-256 and
+//! inflate through GIO's converter streams; on a tree of large files that was one saturated
+//! thread and most of the import's time (docs/benchmark.md).
+//!
+//! The check comes before the object can land, never after: a resumed run reuses the
+//! transaction's staging directory and trusts what it holds. A stream of up to
+//! [`IN_MEMORY_STREAM`] is hashed whole before libostree sees it. A longer one is inflated on
+//! this thread and written on another, which hashes each chunk as it arrives ([`Checked`]):
+//! libostree reads exactly the stream's length and links the object into the staging directory
+//! only after its last byte, and the read that would hand over the last chunk fails instead
+//! when the hash does not match the name, so libostree drops its anonymous temporary file.
+//! Inflating and hashing on two threads keeps a tree of large files from waiting on one core;
+//! memory stays bounded by the chunks in flight.
+// unsafe: libostree calls the Rust bindings do not offer.
+#![allow(unsafe_code)]
+
+use std::io::{Cursor, Read};
+use std::ptr;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{anyhow, ensure, Context, Result};
+use ostree::gio;
+use ostree::gio::prelude::{Cast, InputStreamExtManual, IsA};
+use ostree::glib;
+use ostree::glib::translate::{from_glib_full, ToGlibPtr};
+use sha2::{Digest, Sha256};
+
+use super::super::stream::STREAM_CHUNK;
+use super::matches_name;
+
+/// The largest content stream that is inflated whole in memory and hashed before libostree sees
+/// it; two writer threads hold at most this much each.
+const IN_MEMORY_STREAM: u64 = 2 << 20;
+/// Chunks buffered between the inflating thread and libostree's writer.
+const CHUNKS_AHEAD: usize = 8;
+/// The largest archive file header accepted: owner, mode and extended attributes take a few
+/// hundred bytes (ext4 keeps an inode's xattrs in one block); this bounds what a hostile object
+/// makes pivot hold.
+const MAX_FILE_HEADER: u64 = 1 << 20;
+
+/// Writes the file object `checksum` read from `input`, an archive-z2 object of `size` bytes,
+/// having checked that its content stream hashes to the name; returns the checksum.
+pub(super) fn write(
+    repo: &ostree::Repo,
+    checksum: &str,
+    input: &mut impl Read,
+    size: u64,
+) -> Result<String> {
+    let stream = ContentStream::open(input, size)?;
+    let length = stream.length;
+    if length <= IN_MEMORY_STREAM {
+        write_in_memory(repo, checksum, stream, length)
+    } else {
+        write_streamed(repo, checksum, stream, length)
+    }
+}
+
+/// An archive-z2 file object read as its content stream: the file header the object's name
+/// covers, then the content, inflated as it is read.
+struct ContentStream<R: Read> {
+    header: Cursor<Vec<u8>>,
+    /// None for a symlink, whose target is in the header.
+    content: Option<std::io::Take<flate2::read::DeflateDecoder<R>>>,
+    length: u64,
+}
+
+impl<R: Read> ContentStream<R> {
+    fn open(mut input: R, size: u64) -> Result<ContentStream<R>> {
+        let mut raw = vec![0; 8];
+        input
+            .read_exact(&mut raw)
+            .context("reading archived file object's header")?;
+        let header_size = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as u64;
+        ensure!(
+            header_size <= MAX_FILE_HEADER && header_size + 8 <= size,
+            "archived file object's header of {header_size} bytes is larger than the object or the {MAX_FILE_HEADER} accepted"
+        );
+        raw.resize(8 + header_size as usize, 0);
+        input
+            .read_exact(&mut raw[8..])
+            .context("reading archived file object's header")?;
+        let raw = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(raw));
+        let (_, info, xattrs) =
+            parse_content_stream(&raw, size).context("parsing archived file object")?;
+        let regular = info.file_type() == gio::FileType::Regular;
+        // The header the name covers, as libostree builds it: the stream with no content.
+        let empty = regular.then(gio::MemoryInputStream::new);
+        let (stream, length) = raw_file_to_content_stream(
+            empty.as_ref().map(|s| s.upcast_ref()),
+            &info,
+            xattrs.as_ref(),
+        )
+        .context("reading archived file object")?;
+        let mut header = Vec::new();
+        stream
+            .into_read()
+            .take(2 * MAX_FILE_HEADER)
+            .read_to_end(&mut header)
+            .context("reading archived file object")?;
+        let content_size = length.saturating_sub(header.len() as u64);
+        ensure!(
+            regular || content_size == 0,
+            "archived symlink object declares {content_size} bytes of content"
+        );
+        Ok(ContentStream {
+            header: Cursor::new(header),
+            content: regular
+                .then(|| flate2::read::DeflateDecoder::new(input).take(content_size)),
+            length,
+        })
+    }
+}
+
+impl<R: Read> Read for ContentStream<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.header.read(buf)? {
+            0 => self.content.as_mut().map_or(Ok(0), |c| c.read(buf)),
+            n => Ok(n),
+        }
+    }
+}
+
+fn write_in_memory(
+    repo: &ostree::Repo,
+    checksum: &str,
+    mut stream: impl Read,
+    length: u64,
+) -> Result<String> {
+    let mut bytes = Vec::with_capacity(length as usize);
+    (&mut stream)
+        .take(length)
+        .read_to_end(&mut bytes)
+        .context("inflating archived file object")?;
+    ends_early(checksum, bytes.len() as u64, length)?;
+    let actual = hex::encode(Sha256::digest(&bytes));
+    matches_name(checksum, "filez", &actual)?;
+    let verified = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(bytes));
+    repo.write_content_trusted(checksum, &verified, length, gio::Cancellable::NONE)
+        .context("writing file object")?;
+    Ok(actual)
+}
+
+fn write_streamed(
+    repo: &ostree::Repo,
+    checksum: &str,
+    stream: impl Read,
+    length: u64,
+) -> Result<String> {
+    let (tx, rx) = sync_channel::<Vec<u8>>(CHUNKS_AHEAD);
+    std::thread::scope(|scope| {
+        let repo = repo.clone();
+        let writer = std::thread::Builder::new()
+            .name("pivot-object".into())
+            .spawn_scoped(scope, move || {
+                let checked = Checked::new(rx, length, checksum);
+                let actual = checked.actual.clone();
+                let input = gio::ReadInputStream::new(checked);
+                let written =
+                    repo.write_content_trusted(checksum, &input, length, gio::Cancellable::NONE);
+                (written, actual.get().cloned())
+            })
+            .map_err(|e| anyhow!("starting an object writer thread: {e}"))?;
+        // Inflates the stream and sends it on; the writer's side hashes it.
+        let sent = (|| -> Result<()> {
+            let mut input = stream.take(length);
+            let mut read = 0u64;
+            while read < length {
+                let mut chunk = vec![0; STREAM_CHUNK];
+                let n = fill(&mut input, &mut chunk).context("inflating archived file object")?;
+                if n == 0 {
+                    ends_early(checksum, read, length)?;
+                }
+                chunk.truncate(n);
+                read += n as u64;
+                if tx.send(chunk).is_err() {
+                    break; // The writer failed: its error says why.
+                }
+            }
+            Ok(())
+        })();
+        // Short of the last chunk, libostree reads an early end and writes nothing.
+        drop(tx);
+        let (written, actual) = writer
+            .join()
+            .map_err(|_| anyhow!("the object writer panicked"))?;
+        sent?;
+        // A mismatch is what made libostree's read fail, if it failed.
+        if let Some(actual) = &actual {
+            matches_name(checksum, "filez", actual)?;
+        }
+        written.context("writing file object")?;
+        actual.context("the object writer did not read the whole object")
+    })
+}
+
+/// The stream libostree's writer reads: chunks from the inflating thread, hashed as they
+/// arrive. When the last one arrives the hash is complete, and on a mismatch the read fails
+/// before any of the last chunk's bytes are handed over.
+struct Checked {
+    chunks: Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    pos: usize,
+    hasher: Sha256,
+    left: u64,
+    /// The stream's checksum, once all of it arrived.
+    actual: Arc<OnceLock<String>>,
+    expected: String,
+}
+
+impl Checked {
+    fn new(chunks: Receiver<Vec<u8>>, length: u64, expected: &str) -> Checked {
+        Checked {
+            chunks,
+            current: Vec::new(),
+            pos: 0,
+            hasher: Sha256::new(),
+            left: length,
+            actual: Arc::default(),
+            expected: expected.to_owned(),
+        }
+    }
+}
+
+impl Read for Checked {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.current.len() {
+            let Ok(chunk) = self.chunks.recv() else {
+                return Ok(0); // The inflating side stopped: its error says why.
+            };
+            self.left = self
+                .left
+                .checked_sub(chunk.len() as u64)
+                .ok_or_else(|| std::io::Error::other("more content than the object's length"))?;
+            self.hasher.update(&chunk);
+            if self.left == 0 {
+                let actual = hex::encode(std::mem::take(&mut self.hasher).finalize());
+                let matches = actual == self.expected;
+                let _ = self.actual.set(actual);
+                if !matches {
+                    return Err(std::io::Error::other("its content does not match its name"));
+                }
+            }
+            (self.current, self.pos) = (chunk, 0);
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+/// Reads into `buf` until it is full or the input ends; returns the bytes read.
+fn fill(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn ends_early(checksum: &str, read: u64, length: u64) -> Result<()> {
+    ensure!(
+        read == length,
+        "archived file object {checksum}.filez ends {} bytes early",
+        length - read
+    );
+    Ok(())
+}
+
+/// `ostree_content_stream_parse()`. The ostree bindings return its content stream as an object,
+/// but for a symlink it is NULL; here it is an `Option`.
+fn parse_content_stream(
+    input: &impl IsA<gio::InputStream>,
+    size: u64,
+) -> Result<
+    (
+        Option<gio::InputStream>,
+        gio::FileInfo,
+        Option<glib::Variant>,
+    ),
+    glib::Error,
+> {
+    // SAFETY: plain out-parameters of a C function, each owned (transfer full) on success.
+    unsafe {
+        let mut content = ptr::null_mut();
+        let mut info = ptr::null_mut();
+        let mut xattrs = ptr::null_mut();
+        let mut error = ptr::null_mut();
+        let ok = ostree::ffi::ostree_content_stream_parse(
+            glib::ffi::GTRUE,
+            input.as_ref().to_glib_none().0,
+            size,
+            glib::ffi::GFALSE,
+            &mut content,
+            &mut info,
+            &mut xattrs,
+            ptr::null_mut(),
+            &mut error,
+        );
+        if ok == glib::ffi::GFALSE || info.is_null() {
+            let content: Option<gio::InputStream> = from_glib_full(content);
+            let xattrs: Option<glib::Variant> = from_glib_full(xattrs);
+            drop((content, xattrs));
+            return Err(if error.is_null() {
+                glib::Error::new(gio::IOErrorEnum::Failed, "no file info in file object")
+            } else {
+                from_glib_full(error)
+            });
+        }
+        Ok((
+            from_glib_full(content),
+            from_glib_full(info),
+            from_glib_full(xattrs),
+        ))
+    }
+}
+
+/// `ostree_raw_file_to_content_stream()`, taking a symlink's absent content stream as `None`.
+fn raw_file_to_content_stream(
+    content: Option<&gio::InputStream>,
+    info: &gio::FileInfo,
+    xattrs: Option<&glib::Variant>,
+) -> Result<(gio::InputStream, u64), glib::Error> {
+    // SAFETY: arguments are borrowed for the call; the out stream is owned on success.
+    unsafe {
+        let mut stream = ptr::null_mut();
+        let mut length = 0u64;
+        let mut error = ptr::null_mut();
+        let ok = ostree::ffi::ostree_raw_file_to_content_stream(
+            content.to_glib_none().0,
+            info.to_glib_none().0,
+            xattrs.to_glib_none().0,
+            &mut stream,
+            &mut length,
+            ptr::null_mut(),
+            &mut error,
+        );
+        if ok == glib::ffi::GFALSE || stream.is_null() {
+            return Err(if error.is_null() {
+                glib::Error::new(gio::IOErrorEnum::Failed, "no content stream")
+            } else {
+                from_glib_full(error)
+            });
+        }
+        Ok((from_glib_full(stream), length))
+    }
+}
+
