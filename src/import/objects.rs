@@ -186,11 +186,10 @@ pub(super) fn write_object_bytes(
     if repo.has_object(objtype, checksum, cancellable)? {
         return Ok(Outcome::Skipped);
     }
-    let size = data.len() as u64;
-    let data = glib::Bytes::from_owned(data);
     let actual = if objtype == ObjectType::File {
-        filez::write(repo, checksum, &mut &data[..], size)?
+        filez::write(repo, checksum, &mut &data[..], data.len() as u64)?
     } else {
+        let data = glib::Bytes::from_owned(data);
         let variant = glib::Variant::from_bytes_with_type(&data, metadata_type(objtype));
         repo.write_metadata(objtype, Some(checksum), &variant, cancellable)
             .context("writing metadata object")?

@@ -72,7 +72,12 @@ pub fn build_v2_layer(work: &Path, commits: &OsCommits) -> Result<OsLayer> {
     let tar = work.join("v2-layer.tar.gz");
     {
         let file = File::create(&tar).with_context(|| format!("creating {}", tar.display()))?;
-        let gz = flate2::write::GzEncoder::new(BufWriter::new(file), flate2::Compression::fast());
+        // The default level, as image builders compress. At zlib-rs's fastest level (flate2's
+        // backend since pivot inflates with it) this layer offered pivot no point to take a
+        // checkpoint at, which sit at deflate block boundaries, and hard-reset-mid-pivot
+        // needs one.
+        let level = flate2::Compression::default();
+        let gz = flate2::write::GzEncoder::new(BufWriter::new(file), level);
         let mut builder = tar::Builder::new(gz);
         builder.follow_symlinks(false);
         builder

@@ -180,3 +180,20 @@ fn streamed_file_objects_are_checked_before_they_land() {
     input.unwrap().into_read().read_to_end(&mut read).unwrap();
     assert!(read == big, "the object's content differs from the file's");
 }
+
+/// An archive header that claims more than any real one (owner, mode and xattrs take a few
+/// hundred bytes) is refused by its size before pivot reads it, naming the problem.
+#[test]
+fn a_file_object_with_an_absurd_header_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = ostree::Repo::new_for_path(dir.path().join("bare"));
+    repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
+        .unwrap();
+    repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
+    let mut data = (64u32 << 20).to_be_bytes().to_vec();
+    data.resize(4 << 20, 0);
+    let name = hex::encode(Sha256::digest(&data));
+    let err = format!("{:#}", write_object_bytes(&repo, &name, "filez", data).unwrap_err());
+    assert!(err.contains("header of 67108864 bytes is larger than"), "{err}");
+    assert!(!repo.has_object(ObjectType::File, &name, gio::Cancellable::NONE).unwrap());
+}
