@@ -77,6 +77,20 @@ fn filez_objects(dir: &std::path::Path, files: &[(&str, Vec<u8>)]) -> Vec<(Strin
     objects.into_iter().map(|(c, d, _)| (c, d)).collect()
 }
 
+/// A bare repo at `dir/bare` with a transaction open, as an import writes into.
+fn bare_repo_in_transaction(dir: &std::path::Path) -> ostree::Repo {
+    let repo = ostree::Repo::new_for_path(dir.join("bare"));
+    repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
+        .unwrap();
+    repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
+    repo
+}
+
+fn has_file(repo: &ostree::Repo, checksum: &str) -> bool {
+    repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)
+        .unwrap()
+}
+
 fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -101,14 +115,8 @@ fn in_memory_file_objects_are_checked_before_they_are_written() {
     let objects = filez_objects(dir.path(), &files);
     assert_eq!(objects.len(), 2);
     assert!(objects[0].1.len() as u64 <= IN_MEMORY_OBJECT);
-    let repo = ostree::Repo::new_for_path(dir.path().join("bare"));
-    repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
-        .unwrap();
-    repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
-    let has = |c: &str| {
-        repo.has_object(ObjectType::File, c, gio::Cancellable::NONE)
-            .unwrap()
-    };
+    let repo = bare_repo_in_transaction(dir.path());
+    let has = |c: &str| has_file(&repo, c);
     // Each object's bytes under the other's name.
     for (i, (name, _)) in objects.iter().enumerate() {
         let (actual, data) = &objects[1 - i];
@@ -150,14 +158,8 @@ fn streamed_file_objects_are_checked_before_they_land() {
     let files = [("big", big.clone()), ("other", incompressible(2 << 20))];
     let objects = filez_objects(dir.path(), &files);
     assert!(objects.iter().all(|(_, d)| d.len() as u64 > IN_MEMORY_OBJECT));
-    let repo = ostree::Repo::new_for_path(dir.path().join("bare"));
-    repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
-        .unwrap();
-    repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
-    let has = |c: &str| {
-        repo.has_object(ObjectType::File, c, gio::Cancellable::NONE)
-            .unwrap()
-    };
+    let repo = bare_repo_in_transaction(dir.path());
+    let has = |c: &str| has_file(&repo, c);
     let staged = || walkdir(&dir.path().join("bare/tmp")).len();
     let before = staged();
     let write = |name: &str, data: &[u8], size: usize| {
@@ -186,14 +188,11 @@ fn streamed_file_objects_are_checked_before_they_land() {
 #[test]
 fn a_file_object_with_an_absurd_header_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let repo = ostree::Repo::new_for_path(dir.path().join("bare"));
-    repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
-        .unwrap();
-    repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
+    let repo = bare_repo_in_transaction(dir.path());
     let mut data = (64u32 << 20).to_be_bytes().to_vec();
     data.resize(4 << 20, 0);
     let name = hex::encode(Sha256::digest(&data));
     let err = format!("{:#}", write_object_bytes(&repo, &name, "filez", data).unwrap_err());
     assert!(err.contains("header of 67108864 bytes is larger than"), "{err}");
-    assert!(!repo.has_object(ObjectType::File, &name, gio::Cancellable::NONE).unwrap());
+    assert!(!has_file(&repo, &name));
 }
