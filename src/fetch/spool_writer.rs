@@ -8,7 +8,7 @@
 //! relies on durable. The import does not wait for the sync: this thread does, and a record
 //! made during one replaces the layer's checkpoint that waits. A layer's next checkpoint waits
 //! for the one before it to be taken up, though: the spool is freed only up to a written
-//! checkpoint, so this bounds it to two checkpoint intervals (`crate::import::spool_bound`)
+//! checkpoint, so this bounds its share to two checkpoint intervals (`crate::import::spool_bound`)
 //! even where the disk is slower than the import (the import then goes at the disk's pace,
 //! which its commit would wait for anyway).
 

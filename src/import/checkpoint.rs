@@ -16,10 +16,29 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use super::gz::{InflatePoint, Points};
+use super::member::MemberCheck;
 use super::ImportedLayer;
 
 /// Decompressed bytes between the points a decoder offers.
 pub(super) const POINT_SPAN: u64 = 1 << 20;
+
+/// Checkpoints of a legacy layer that may wait for their objects at once.
+pub(super) const WAITING_CHECKPOINTS: usize = 8;
+/// A checkpoint waits with a copy of what the layer's members made known; past this many
+/// members outside the repository (an oscontainer has a handful), it is saved at once instead.
+pub(super) const MAX_WAITING_MEMBERS: usize = 1024;
+
+/// A checkpoint of a legacy layer waiting for the objects before it to be staged: where, and
+/// what the layer's members made known up to there.
+pub(super) struct Waiting {
+    pub point: InflatePoint,
+    pub end: u64,
+    /// The objects before it, as `Writers::mark` marks them.
+    pub mark: u64,
+    pub config: Option<String>,
+    pub refs: BTreeMap<String, String>,
+    pub members: MemberCheck,
+}
 
 /// A place inside a layer to resume its import from.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -41,11 +60,13 @@ fn checkpoint_interval(size: u64) -> u64 {
 }
 
 /// The most a checkpointed layer's spool holds on disk: the bytes since the last checkpoint
-/// written (up to two intervals: one may wait for the sync that makes it durable, see
-/// `crate::fetch::spool_writer`), plus how far the decoder's newest point and the import trail
-/// the download (a point span, the decompressed chunks in flight, a read buffer), with a margin.
+/// written (up to three intervals: one may wait for the sync that makes it durable, see
+/// `crate::fetch::spool_writer`, and one for the objects before it to be staged), what the
+/// object writers hold ahead of the staged objects, plus how far the decoder's newest point and
+/// the import trail the download (a point span, the decompressed chunks in flight, a read
+/// buffer), with a margin.
 pub fn spool_bound(size: u64) -> u64 {
-    2 * checkpoint_interval(size) + (4 << 20)
+    3 * checkpoint_interval(size) + super::writers::HELD_AHEAD as u64 + (4 << 20)
 }
 
 /// Saves a checkpoint (see [`Checkpoints::save`]).
@@ -87,17 +108,26 @@ impl<'a> Tracker<'a> {
     }
 
     /// Whether a checkpoint is due at the end of a tar member (`end`: its offset in this run's
-    /// tar stream): the import then makes its state whole (its writes staged) and calls
-    /// [`Tracker::member_end`].
-    pub fn due(&self, end: u64) -> bool {
-        self.due_point(end).is_some()
+    /// tar stream), counting from the compressed offset `last` of a checkpoint taken but not yet
+    /// saved, if any.
+    fn due_after(&self, end: u64, last: Option<u64>) -> bool {
+        let last = last.unwrap_or(self.last_input).max(self.last_input);
+        self.save.is_some()
+            && (self.points.input_at_or_before(self.base + end))
+                .is_some_and(|input| input >= last + self.interval)
     }
 
-    /// The decompression point a checkpoint at `end` would save, when one is due.
-    fn due_point(&self, end: u64) -> Option<InflatePoint> {
-        self.save.as_ref()?;
-        let point = self.points.at_or_before(self.base + end)?;
-        (point.input >= self.last_input + self.interval).then_some(point)
+    /// The decompression point a checkpoint at `end` would save, when one is due. It is taken
+    /// now: the decoder keeps only its newest points.
+    pub fn due_point(&self, end: u64) -> Option<InflatePoint> {
+        self.due_point_after(end, None)
+    }
+
+    /// [`Tracker::due_point`], counting as [`Tracker::due_after`] does.
+    pub fn due_point_after(&self, end: u64, last: Option<u64>) -> Option<InflatePoint> {
+        self.due_after(end, last)
+            .then(|| self.points.at_or_before(self.base + end))
+            .flatten()
     }
 
     /// At the end of a tar member (`end`: its offset in this run's tar stream), saves a
@@ -114,8 +144,20 @@ impl<'a> Tracker<'a> {
         let Some((importer, xattrs)) = state() else {
             return;
         };
+        self.save_at(&point, end, importer, xattrs);
+    }
+
+    /// Saves the checkpoint at `end` (`point` its [`Tracker::due_point`]) with the import's
+    /// state there.
+    pub fn save_at(
+        &mut self,
+        point: &InflatePoint,
+        end: u64,
+        importer: ImportedLayer<'_>,
+        xattrs: BTreeMap<String, String>,
+    ) {
         let checkpoint = LayerCheckpoint {
-            point: Cow::Borrowed(&point),
+            point: Cow::Borrowed(point),
             member: self.base + end,
             importer,
             xattrs,

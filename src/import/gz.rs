@@ -64,6 +64,13 @@ impl Points {
         points.push_back(point);
     }
 
+    /// The compressed offset of the newest point at or before decompressed offset `output`
+    /// (without copying the point's window).
+    pub fn input_at_or_before(&self, output: u64) -> Option<u64> {
+        let points = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        points.iter().rev().find(|p| p.output <= output).map(|p| p.input)
+    }
+
     /// The newest point at or before decompressed offset `output`.
     pub fn at_or_before(&self, output: u64) -> Option<InflatePoint> {
         let points = self.0.lock().unwrap_or_else(|e| e.into_inner());

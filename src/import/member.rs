@@ -35,6 +35,11 @@ pub(super) struct MemberCheck {
 pub(super) const MAX_OUTSIDE_MEMBERS: usize = 200_000;
 
 impl MemberCheck {
+    /// Paths it holds: symlinks and members outside the repository.
+    pub fn paths(&self) -> usize {
+        self.symlinks.len() + self.outside.len()
+    }
+
     /// Checks one member: `name` and `link` are its raw path and link target (after long-name
     /// and pax extensions), `mode` the permission bits of its header.
     pub fn check(

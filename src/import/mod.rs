@@ -24,7 +24,7 @@ mod stream;
 mod writers;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -39,10 +39,10 @@ use crate::fetch::image::{is_checksum, Compression, Format, OsImage};
 /// layer fills those gaps (measured: benches/pivot-bench). More would only add memory and
 /// spooled bytes on a 2-core node.
 pub const PARALLEL_LAYERS: usize = 2;
-use checkpoint::{Tracker, POINT_SPAN};
+use checkpoint::{Tracker, Waiting, MAX_WAITING_MEMBERS, POINT_SPAN, WAITING_CHECKPOINTS};
 use member::{Member, MemberCheck};
 pub(crate) use objects::{object_name, object_type, ObjectKey};
-use objects::{write_object, Tally, IN_MEMORY_OBJECT};
+use objects::{Tally, IN_MEMORY_OBJECT};
 use writers::Writers;
 use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
 
@@ -118,6 +118,16 @@ impl RepoImporter {
     /// What this layer's import leaves for the rest of the run, to be saved: None for a derived
     /// layer (its changes are a tree in memory, not objects) or without [`Self::record_objects`].
     pub fn record(&self) -> Option<ImportedLayer<'_>> {
+        self.record_with(&self.config, &self.refs, &self.members)
+    }
+
+    /// [`Self::record`] with what the layer's members made known up to some point of it.
+    fn record_with<'a>(
+        &'a self,
+        config: &'a Option<String>,
+        refs: &'a BTreeMap<String, String>,
+        members: &'a MemberCheck,
+    ) -> Option<ImportedLayer<'a>> {
         if self.derived_layer {
             return None;
         }
@@ -130,9 +140,9 @@ impl RepoImporter {
         };
         Some(ImportedLayer {
             format: format!("{:?}", self.format),
-            config: Cow::Borrowed(&self.config),
-            refs: Cow::Borrowed(&self.refs),
-            members: Cow::Borrowed(&self.members),
+            config: Cow::Borrowed(config),
+            refs: Cow::Borrowed(refs),
+            members: Cow::Borrowed(members),
             written: self.tally.written + self.native.tally.written,
             skipped: self.tally.skipped + self.native.tally.skipped,
             objects,
@@ -280,15 +290,58 @@ impl RepoImporter {
         writers: &mut Writers,
     ) -> Result<()> {
         let mut archive = tar::Archive::new(reader);
+        // A checkpoint names only objects already staged. One that falls due while objects
+        // before it are still being written waits for them with the import's state as it was,
+        // and the import goes on (the pool's bound on what it holds bounds how far); only when
+        // [`WAITING_CHECKPOINTS`] wait does the import wait for the oldest one's objects.
+        let mut waiting: VecDeque<Waiting> = VecDeque::new();
         for entry in archive.entries().context("reading the layer as tar")? {
             let mut entry = entry.context("reading the layer as tar")?;
             let end = checkpoint::member_end(&entry);
             let sparse = entry.header().entry_type().is_gnu_sparse();
             self.legacy_member(&mut entry, writers)?;
-            if let Some(tracker) = tracker.as_deref_mut().filter(|t| !sparse && t.due(end)) {
-                // A checkpoint names only objects already staged.
-                writers.drain(&mut self.tally)?;
-                tracker.member_end(end, || Some((self.record()?, BTreeMap::new())));
+            let Some(tracker) = tracker.as_deref_mut() else {
+                continue;
+            };
+            // The newest checkpoint whose objects are all staged is saved; older ones need not be.
+            let full = waiting.len() == WAITING_CHECKPOINTS;
+            let mut staged = None;
+            while let Some(w) = waiting.front() {
+                let wait = full && staged.is_none();
+                if !writers.staged_before(w.mark, &mut self.tally, wait)? {
+                    break;
+                }
+                staged = waiting.pop_front();
+            }
+            if let Some(w) = staged {
+                if let Some(record) = self.record_with(&w.config, &w.refs, &w.members) {
+                    tracker.save_at(&w.point, w.end, record, BTreeMap::new());
+                }
+            }
+            if sparse {
+                continue;
+            }
+            // Due counts from the last checkpoint saved or waiting.
+            let last = waiting.back().map(|w| w.point.input);
+            let Some(point) = tracker.due_point_after(end, last) else {
+                continue;
+            };
+            if self.members.paths() > MAX_WAITING_MEMBERS {
+                // Copying what the members made known would cost more than waiting.
+                writers.staged_before(writers.mark(), &mut self.tally, true)?;
+                waiting.clear();
+                if let Some(record) = self.record() {
+                    tracker.save_at(&point, end, record, BTreeMap::new());
+                }
+            } else {
+                waiting.push_back(Waiting {
+                    point,
+                    end,
+                    mark: writers.mark(),
+                    config: self.config.clone(),
+                    refs: self.refs.clone(),
+                    members: self.members.clone(),
+                });
             }
         }
         Ok(())
@@ -325,9 +378,7 @@ impl RepoImporter {
                     entry.take(size).read_to_end(&mut data).with_context(context)?;
                     return writers.submit(&rel, checksum, ext, data);
                 }
-                let outcome =
-                    write_object(&self.repo, &checksum, ext, entry, size).with_context(context)?;
-                self.tally.count(&checksum, ext, outcome);
+                return writers.submit_stream(&rel, checksum, ext, entry, size);
             }
         }
         Ok(())
@@ -523,15 +574,4 @@ fn repo_mode(config: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn repo_mode_is_read_from_config() {
-        assert_eq!(
-            repo_mode("[core]\nrepo_version=1\nmode=archive-z2\n").as_deref(),
-            Some("archive-z2")
-        );
-        assert_eq!(repo_mode("garbage"), None);
-    }
-}
+mod tests;

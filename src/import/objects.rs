@@ -166,6 +166,26 @@ pub(super) fn write_object(
     }
 }
 
+/// [`write_object`] from an input this thread owns, which a large file object is inflated,
+/// hashed and written from on this thread alone (see [`filez::write_owned`]).
+pub(super) fn write_object_owned(
+    repo: &ostree::Repo,
+    checksum: &str,
+    ext: &str,
+    mut input: impl Read + Send + 'static,
+    size: u64,
+) -> Result<Outcome> {
+    if ext != "filez" || size <= IN_MEMORY_OBJECT {
+        return write_object(repo, checksum, ext, &mut input, size);
+    }
+    if repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)? {
+        return Ok(Outcome::Skipped);
+    }
+    let actual = filez::write_owned(repo, checksum, input, size)?;
+    matches_name(checksum, ext, &actual)?;
+    Ok(Outcome::Written)
+}
+
 /// Writes the object file `checksum` + `.ext` read into memory as `data` (a file object of at
 /// most [`IN_MEMORY_OBJECT`] bytes, or a metadata object).
 pub(super) fn write_object_bytes(
@@ -348,4 +368,4 @@ pub(super) fn write_regfile_streamed(
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

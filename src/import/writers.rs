@@ -5,21 +5,39 @@
 //! big layer — the shape oscontainers ship — was imported (benches/pivot-bench). So the tar
 //! thread reads each object (at most [`super::objects::IN_MEMORY_OBJECT`]) and hands it to
 //! the pool, which writes into the same transaction (libostree's writes are safe from several
-//! threads). What waits is bounded in bytes ([`QUEUED_BYTES`]). The pool is drained before each
-//! checkpoint and at the layer's end, so a checkpoint or record only names objects already
-//! staged; a write that fails stops the layer, and of several failures the one of the earliest
-//! object in the layer is reported, as a sequential import would.
+//! threads). What waits is bounded in bytes ([`QUEUED_BYTES`]). A checkpoint waits until the
+//! objects submitted before it are staged ([`Writers::mark`], [`Writers::staged_before`]) and
+//! the record until all are, so either names only objects already staged, while the import
+//! reads on; a write that fails stops the layer, and of several failures the one of the
+//! earliest object in the layer is reported, as a sequential import would.
+//!
+//! A larger object is streamed to a writer in chunks as the tar thread reads it
+//! ([`Writers::submit_stream`]), and the tar thread goes on to the next member once it has sent
+//! the last chunk: waiting there for the object to land left both cores half idle on a tree of
+//! large files, as each object's inflating, hashing and writing drained before the next began.
+//! What streams hold between the tar thread and their writers is bounded in bytes across all of
+//! them ([`STREAMED_AHEAD`]): whole objects of a typical tree of large files, so that the tar
+//! thread reads the next object while a writer still inflates the last (8 MiB was no faster
+//! and 3 MiB more of peak memory).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
+use std::io::Read;
+use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 
-use super::objects::{write_object_bytes, Outcome, Tally};
+use super::objects::{write_object, write_object_bytes, write_object_owned, Outcome, Tally};
+use super::stream::{fill, STREAM_CHUNK};
 
 /// Bytes of objects read ahead of the writers, at most (one object may exceed it alone).
 const QUEUED_BYTES: usize = 1 << 20;
+/// Bytes of streamed objects read ahead of their writers, at most, all streams together (a
+/// writer holds one chunk more while it reads it).
+const STREAMED_AHEAD: usize = 4 << 20;
+/// What the pool holds of the layer ahead of the objects it staged: queued objects and streams.
+pub(super) const HELD_AHEAD: usize = QUEUED_BYTES + STREAMED_AHEAD;
 
 struct Job {
     seq: u64,
@@ -27,23 +45,46 @@ struct Job {
     rel: String,
     checksum: String,
     ext: String,
-    data: Vec<u8>,
+    payload: Payload,
+}
+
+enum Payload {
+    /// The object file, read whole.
+    Bytes(Vec<u8>),
+    /// The object file of this many bytes, in chunks as the tar thread reads it.
+    Stream(Receiver<Chunk>, u64),
+}
+
+impl Payload {
+    /// What the job counts against [`QUEUED_BYTES`]: a stream's memory is bounded by its channel.
+    fn weight(&self) -> usize {
+        match self {
+            Payload::Bytes(data) => data.len(),
+            Payload::Stream(..) => 0,
+        }
+    }
 }
 
 #[derive(Default)]
 struct State {
     queue: VecDeque<Job>,
     queued_bytes: usize,
-    /// Jobs submitted and not yet done (queued or being written).
-    in_flight: usize,
-    done: Vec<(String, String, Outcome)>,
+    /// Jobs submitted and not yet done (queued or being written), by sequence number.
+    unstaged: BTreeSet<u64>,
+    /// Jobs done and not yet counted: (sequence number, checksum, type, outcome).
+    done: Vec<(u64, String, String, Outcome)>,
     /// The failure of the earliest object, by submission order.
     failed: Option<(u64, anyhow::Error)>,
+    /// Streams the tar thread stopped feeding because reading the layer failed: their writers'
+    /// failures are a consequence, and the layer's own error is the one to report.
+    abandoned: BTreeSet<u64>,
     closed: bool,
 }
 
 struct Shared {
     state: Mutex<State>,
+    /// Bytes in streamed chunks not yet read by their writers.
+    streamed: Budget,
     /// Signalled when a job is queued or the pool closes.
     work: Condvar,
     /// Signalled when a job is done.
@@ -64,6 +105,7 @@ impl Writers {
     pub fn start(repo: &ostree::Repo, count: usize) -> Result<Writers> {
         let shared = Arc::new(Shared {
             state: Mutex::default(),
+            streamed: Budget::default(),
             work: Condvar::new(),
             progress: Condvar::new(),
         });
@@ -95,49 +137,133 @@ impl Writers {
         if let Some(repo) = &self.inline {
             let outcome = write_object_bytes(repo, &checksum, ext, data)
                 .map_err(|e| e.context(format!("importing {}{rel}", super::REPO_DIR)))?;
-            self.lock().done.push((checksum, ext.to_string(), outcome));
+            self.inline_done(checksum, ext, outcome);
             return Ok(());
         }
+        self.enqueue(rel, checksum, ext, Payload::Bytes(data))?;
+        Ok(())
+    }
+
+    /// Streams the object file `checksum.ext` of `size` bytes, read from `entry`, to a writer;
+    /// returns once its last chunk is sent, the writer finishing it meanwhile. A failure to read
+    /// `entry` is the caller's to report: the writer's failure that follows from it is not.
+    pub fn submit_stream(
+        &mut self,
+        rel: &str,
+        checksum: String,
+        ext: &str,
+        entry: &mut impl Read,
+        size: u64,
+    ) -> Result<()> {
+        let context = || format!("importing {}{rel}", super::REPO_DIR);
+        if let Some(repo) = &self.inline {
+            let outcome = write_object(repo, &checksum, ext, entry, size).with_context(context)?;
+            self.inline_done(checksum, ext, outcome);
+            return Ok(());
+        }
+        let (tx, rx) = channel();
+        let seq = self.enqueue(rel, checksum, ext, Payload::Stream(rx, size))?;
+        let mut left = size;
+        let fed = (|| -> Result<()> {
+            while left > 0 {
+                let len = STREAM_CHUNK.min(left as usize);
+                let mut chunk = Chunk::take(&self.shared, len);
+                let n = fill(entry, &mut chunk.data)?;
+                anyhow::ensure!(n > 0, "the layer ends {left} bytes before this member does");
+                chunk.data.truncate(n);
+                left -= n as u64;
+                if tx.send(chunk).is_err() {
+                    break; // The writer stopped: its outcome or error says why.
+                }
+            }
+            Ok(())
+        })();
+        if fed.is_err() {
+            // Before the writer can see the stream end.
+            self.lock().abandoned.insert(seq);
+        }
+        drop(tx);
+        fed.with_context(context)
+    }
+
+    /// Queues a job, waiting while the queue is full; its sequence number. Once a write failed,
+    /// fails with the error of the earliest object that failed.
+    fn enqueue(&mut self, rel: &str, checksum: String, ext: &str, payload: Payload) -> Result<u64> {
         let seq = self.next_seq;
         self.next_seq += 1;
+        let weight = payload.weight();
         let mut state = self.lock();
         while state.queued_bytes > 0
-            && state.queued_bytes + data.len() > QUEUED_BYTES
+            && state.queued_bytes + weight > QUEUED_BYTES
             && state.failed.is_none()
         {
             state = wait(&self.shared.progress, state);
         }
         if state.failed.is_some() {
             drop(state);
-            return self.drain(&mut Tally::default());
+            self.drain(&mut Tally::default())?;
+            state = self.lock();
         }
-        state.queued_bytes += data.len();
-        state.in_flight += 1;
+        state.queued_bytes += weight;
+        state.unstaged.insert(seq);
         state.queue.push_back(Job {
             seq,
             rel: rel.to_string(),
             checksum,
             ext: ext.to_string(),
-            data,
+            payload,
         });
         self.shared.work.notify_one();
-        Ok(())
+        Ok(seq)
+    }
+
+    fn inline_done(&mut self, checksum: String, ext: &str, outcome: Outcome) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.lock().done.push((seq, checksum, ext.to_string(), outcome));
+    }
+
+    /// Marks the objects submitted so far: [`Writers::staged_before`] tells when they are staged.
+    pub fn mark(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Whether every object submitted before `mark` is staged (with `wait`, once it is), having
+    /// counted those in `tally`; the earliest failure, if any.
+    pub fn staged_before(&mut self, mark: u64, tally: &mut Tally, wait: bool) -> Result<bool> {
+        let mut state = self.lock();
+        let unstaged = |state: &State| state.unstaged.first().is_some_and(|&seq| seq < mark);
+        while wait && unstaged(&state) && state.failed.is_none() {
+            state = self::wait(&self.shared.progress, state);
+        }
+        if state.failed.is_some() {
+            // Nothing more is written: once what was in flight is done with, the failure of the
+            // earliest object is known.
+            while !state.unstaged.is_empty() {
+                state = self::wait(&self.shared.progress, state);
+            }
+            state.done.clear();
+            state.abandoned.clear();
+            return Err(state.failed.take().expect("a failure").1);
+        }
+        if unstaged(&state) {
+            return Ok(false);
+        }
+        let (counted, kept) = std::mem::take(&mut state.done)
+            .into_iter()
+            .partition(|(seq, ..)| *seq < mark);
+        state.done = kept;
+        for (_, checksum, ext, outcome) in counted {
+            tally.count(&checksum, &ext, outcome);
+        }
+        state.abandoned.retain(|&seq| seq >= mark);
+        Ok(true)
     }
 
     /// Waits until every queued object is written, then counts them in `tally`; the earliest
     /// failure, if any.
     pub fn drain(&mut self, tally: &mut Tally) -> Result<()> {
-        let mut state = self.lock();
-        while state.in_flight > 0 {
-            state = wait(&self.shared.progress, state);
-        }
-        for (checksum, ext, outcome) in state.done.drain(..) {
-            tally.count(&checksum, &ext, outcome);
-        }
-        match state.failed.take() {
-            Some((_, e)) => Err(e),
-            None => Ok(()),
-        }
+        self.staged_before(u64::MAX, tally, true).map(|_| ())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -151,8 +277,9 @@ impl Drop for Writers {
             let mut state = self.lock();
             state.closed = true;
             // Nothing queued is written once the layer is given up.
-            state.in_flight -= state.queue.len();
-            state.queue.clear();
+            for job in std::mem::take(&mut state.queue) {
+                state.unstaged.remove(&job.seq);
+            }
         }
         self.shared.work.notify_all();
         for thread in self.threads.drain(..) {
@@ -184,9 +311,9 @@ fn work(repo: &ostree::Repo, shared: &Shared) {
             rel,
             checksum,
             ext,
-            data,
+            payload,
         } = job;
-        let size = data.len();
+        let weight = payload.weight();
         // A failed layer writes nothing more: its transaction's objects are dropped with it.
         let skip = shared
             .state
@@ -194,17 +321,20 @@ fn work(repo: &ostree::Repo, shared: &Shared) {
             .unwrap_or_else(|e| e.into_inner())
             .failed
             .is_some();
-        let written = if skip {
-            Ok(Outcome::Ignored)
-        } else {
-            write_object_bytes(repo, &checksum, &ext, data)
-                .map_err(|e| e.context(format!("importing {}{rel}", super::REPO_DIR)))
-        };
+        let written = match payload {
+            _ if skip => Ok(Outcome::Ignored),
+            Payload::Bytes(data) => write_object_bytes(repo, &checksum, &ext, data),
+            Payload::Stream(chunks, size) => {
+                write_object_owned(repo, &checksum, &ext, Chunks::new(chunks), size)
+            }
+        }
+        .map_err(|e| e.context(format!("importing {}{rel}", super::REPO_DIR)));
         let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.queued_bytes -= size;
-        state.in_flight -= 1;
+        state.queued_bytes -= weight;
+        state.unstaged.remove(&seq);
         match written {
-            Ok(outcome) => state.done.push((checksum, ext, outcome)),
+            Ok(outcome) => state.done.push((seq, checksum, ext, outcome)),
+            Err(_) if state.abandoned.contains(&seq) => {}
             Err(e) => {
                 if state.failed.as_ref().is_none_or(|(first, _)| seq < *first) {
                     state.failed = Some((seq, e));
@@ -215,9 +345,88 @@ fn work(repo: &ostree::Repo, shared: &Shared) {
     }
 }
 
+/// A count of bytes in flight, with a bound that waits.
+#[derive(Default)]
+struct Budget {
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// A streamed object's chunk, counted against [`STREAMED_AHEAD`] until it is dropped: read by its
+/// writer, or dropped with a stream a writer gave up.
+struct Chunk {
+    data: Vec<u8>,
+    /// What it counts against the budget.
+    counted: usize,
+    shared: Arc<Shared>,
+}
+
+impl Chunk {
+    /// A chunk of `len` bytes, once the budget has room for it (always, when nothing is in
+    /// flight).
+    fn take(shared: &Arc<Shared>, len: usize) -> Chunk {
+        let budget = &shared.streamed;
+        let mut used = budget.used.lock().unwrap_or_else(|e| e.into_inner());
+        while *used > 0 && *used + len > STREAMED_AHEAD {
+            used = budget.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += len;
+        Chunk {
+            data: vec![0; len],
+            counted: len,
+            shared: shared.clone(),
+        }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        let budget = &self.shared.streamed;
+        *budget.used.lock().unwrap_or_else(|e| e.into_inner()) -= self.counted;
+        budget.freed.notify_all();
+    }
+}
+
+/// A streamed object as its writer reads it; end of file when the tar thread is done with it.
+struct Chunks {
+    rx: Receiver<Chunk>,
+    current: Option<Chunk>,
+    pos: usize,
+}
+
+impl Chunks {
+    fn new(rx: Receiver<Chunk>) -> Chunks {
+        Chunks {
+            rx,
+            current: None,
+            pos: 0,
+        }
+    }
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if let Some(chunk) = self.current.as_ref().filter(|c| self.pos < c.data.len()) {
+                let n = buf.len().min(chunk.data.len() - self.pos);
+                buf[..n].copy_from_slice(&chunk.data[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            // The chunk read is given back before the next is waited for.
+            self.current = None;
+            match self.rx.recv() {
+                Ok(chunk) => (self.current, self.pos) = (Some(chunk), 0),
+                Err(_) => return Ok(0),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::import::objects::tests::bare_repo_in_transaction;
     use ostree::gio;
     use ostree::glib::prelude::*;
     use sha2::Digest;
@@ -230,13 +439,6 @@ mod tests {
         (hex::encode(sha2::Sha256::digest(&data)), data)
     }
 
-    fn repo(dir: &std::path::Path) -> ostree::Repo {
-        let repo = ostree::Repo::new_for_path(dir);
-        repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE).unwrap();
-        repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
-        repo
-    }
-
     #[test]
     fn objects_are_written_by_the_pool_and_counted_once_drained() {
         for threads in [1, 2] {
@@ -246,7 +448,7 @@ mod tests {
 
     fn objects_are_written_and_counted(threads: usize) {
         let dir = tempfile::tempdir().unwrap();
-        let repo = repo(dir.path());
+        let repo = bare_repo_in_transaction(dir.path());
         let mut writers = Writers::start(&repo, threads).unwrap();
         let mut tally = Tally::default();
         let objects: Vec<_> = (0o700..0o740).map(dirmeta).collect();
@@ -266,6 +468,66 @@ mod tests {
         }
     }
 
+    /// Large file objects stream to the writers while the tar thread reads on, each checked
+    /// against its name before it lands (one larger than what streams may hold ahead among
+    /// them) and counted once staged; a stream the tar thread could not finish reading fails
+    /// with the layer's error, not with the writer's that follows from it, and lands nothing.
+    #[test]
+    fn streamed_objects_are_checked_and_counted_once_staged() {
+        for threads in [1, 2] {
+            streamed_objects(threads);
+        }
+    }
+
+    fn streamed_objects(threads: usize) {
+        use crate::import::objects::tests::*;
+        let dir = tempfile::tempdir().unwrap();
+        let sizes = [STREAMED_AHEAD + (1 << 20), 2 << 20, 3 << 20];
+        let files: Vec<_> = (sizes.iter().enumerate())
+            .map(|(i, &len)| (["a", "b", "c"][i], incompressible(len)))
+            .collect();
+        let objects = filez_objects(dir.path(), &files);
+        let repo = bare_repo_in_transaction(dir.path());
+        let mut writers = Writers::start(&repo, threads).unwrap();
+        let mut tally = Tally::default();
+        for (name, data) in &objects {
+            let size = data.len() as u64;
+            writers
+                .submit_stream(name, name.clone(), "filez", &mut &data[..], size)
+                .unwrap();
+        }
+        assert!(writers.staged_before(writers.mark(), &mut tally, true).unwrap());
+        assert_eq!((tally.written, tally.skipped), (3, 0));
+        assert!(objects.iter().all(|(name, _)| has_file(&repo, name)));
+
+        let wrong = "ab".repeat(32);
+        let data = &objects[1].1;
+        let size = data.len() as u64;
+        let submitted = writers.submit_stream("wrong", wrong.clone(), "filez", &mut &data[..], size);
+        let err = format!("{:#}", submitted.and_then(|()| writers.drain(&mut tally)).unwrap_err());
+        assert!(err.starts_with("importing srv/repo/wrong:"), "{err}");
+        assert!(err.contains("does not match its name"), "{err}");
+        assert!(!has_file(&repo, &wrong));
+
+        let broken = std::io::Error::other("the layer's gzip is corrupt");
+        let mut cut = (&data[..size as usize / 2]).chain(FailingRead(Some(broken)));
+        let err = writers.submit_stream("cut", wrong.clone(), "filez", &mut cut, size);
+        let err = format!("{:#}", err.unwrap_err());
+        // Written on this thread (one writer), the object's own error says where it broke.
+        assert!(err.starts_with("importing srv/repo/cut: "), "{err}");
+        assert!(err.ends_with(": the layer's gzip is corrupt"), "{err}");
+        writers.drain(&mut tally).unwrap();
+        assert!(!has_file(&repo, &wrong));
+    }
+
+    struct FailingRead(Option<std::io::Error>);
+
+    impl Read for FailingRead {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(self.0.take().unwrap_or_else(|| std::io::Error::other("read again")))
+        }
+    }
+
     #[test]
     fn of_several_bad_objects_the_earliest_is_reported_and_the_layer_stops() {
         for threads in [1, 2] {
@@ -275,7 +537,7 @@ mod tests {
 
     fn the_earliest_bad_object_is_reported(threads: usize) {
         let dir = tempfile::tempdir().unwrap();
-        let repo = repo(dir.path());
+        let repo = bare_repo_in_transaction(dir.path());
         let mut writers = Writers::start(&repo, threads).unwrap();
         let mut tally = Tally::default();
         let mut first_error = None;

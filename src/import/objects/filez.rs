@@ -23,17 +23,17 @@
 
 use std::io::{Cursor, Read};
 use std::ptr;
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, OnceLock};
 
-use anyhow::{anyhow, ensure, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use ostree::gio;
 use ostree::gio::prelude::{Cast, InputStreamExtManual, IsA};
 use ostree::glib;
 use ostree::glib::translate::{from_glib_full, ToGlibPtr};
 use sha2::{Digest, Sha256};
 
-use super::super::stream::STREAM_CHUNK;
+use super::super::stream::{fill, ChunkReader, STREAM_CHUNK};
 use super::matches_name;
 
 /// The largest content stream that is inflated whole in memory and hashed before libostree sees
@@ -47,7 +47,8 @@ const CHUNKS_AHEAD: usize = 8;
 const MAX_FILE_HEADER: u64 = 1 << 20;
 
 /// Writes the file object `checksum` read from `input`, an archive-z2 object of `size` bytes,
-/// having checked that its content stream hashes to the name; returns the checksum.
+/// having checked that its content stream hashes to the name; returns the checksum. A long
+/// stream is inflated on this thread and hashed and written on another.
 pub(super) fn write(
     repo: &ostree::Repo,
     checksum: &str,
@@ -61,6 +62,34 @@ pub(super) fn write(
     } else {
         write_streamed(repo, checksum, stream, length)
     }
+}
+
+/// [`write()`] from an input this thread owns: a long stream is inflated, hashed and written here,
+/// libostree pulling it through the check. A writer of the pool streams objects this way, the
+/// pool spreading objects over the cores instead of one object over two threads.
+pub(super) fn write_owned(
+    repo: &ostree::Repo,
+    checksum: &str,
+    input: impl Read + Send + 'static,
+    size: u64,
+) -> Result<String> {
+    let stream = ContentStream::open(input, size)?;
+    let length = stream.length;
+    if length <= IN_MEMORY_STREAM {
+        return write_in_memory(repo, checksum, stream, length);
+    }
+    let checked = Checked::new(stream, length, checksum);
+    let (actual, failure) = (checked.actual.clone(), checked.failure.clone());
+    let written = repo.write_content_trusted(
+        checksum,
+        &gio::ReadInputStream::new(checked),
+        length,
+        gio::Cancellable::NONE,
+    );
+    if let Some(why) = failure.get() {
+        bail!("{why}");
+    }
+    written_and_checked(checksum, written, actual.get())
 }
 
 /// An archive-z2 file object read as its content stream: the file header the object's name
@@ -160,7 +189,7 @@ fn write_streamed(
         let writer = std::thread::Builder::new()
             .name("pivot-object".into())
             .spawn_scoped(scope, move || {
-                let checked = Checked::new(rx, length, checksum);
+                let checked = Checked::new(ChunkReader::new(rx), length, checksum);
                 let actual = checked.actual.clone();
                 let input = gio::ReadInputStream::new(checked);
                 let written =
@@ -192,54 +221,82 @@ fn write_streamed(
             .join()
             .map_err(|_| anyhow!("the object writer panicked"))?;
         sent?;
-        // A mismatch is what made libostree's read fail, if it failed.
-        if let Some(actual) = &actual {
-            matches_name(checksum, "filez", actual)?;
-        }
-        written.context("writing file object")?;
-        actual.context("the object writer did not read the whole object")
+        written_and_checked(checksum, written, actual.as_ref())
     })
 }
 
-/// The stream libostree's writer reads: chunks from the inflating thread, hashed as they
-/// arrive. When the last one arrives the hash is complete, and on a mismatch the read fails
-/// before any of the last chunk's bytes are handed over.
-struct Checked {
-    chunks: Receiver<Vec<u8>>,
+/// The outcome of libostree's write of a checked stream: a mismatch is what made its read fail,
+/// if it failed.
+fn written_and_checked(
+    checksum: &str,
+    written: Result<(), glib::Error>,
+    actual: Option<&String>,
+) -> Result<String> {
+    if let Some(actual) = actual {
+        matches_name(checksum, "filez", actual)?;
+    }
+    written.context("writing file object")?;
+    actual
+        .cloned()
+        .context("the object writer did not read the whole object")
+}
+
+/// The stream libostree's writer reads: `inner` in chunks, hashed as they are read. When the
+/// last one is read the hash is complete, and on a mismatch the read fails before any of the
+/// last chunk's bytes are handed over.
+struct Checked<R> {
+    inner: R,
     current: Vec<u8>,
     pos: usize,
     hasher: Sha256,
     left: u64,
-    /// The stream's checksum, once all of it arrived.
+    /// The stream's checksum, once all of it was read.
     actual: Arc<OnceLock<String>>,
+    /// Why reading `inner` failed, if it did: GIO passes on only the kind of a Rust reader's
+    /// error, libostree's message then says little.
+    failure: Arc<OnceLock<String>>,
     expected: String,
 }
 
-impl Checked {
-    fn new(chunks: Receiver<Vec<u8>>, length: u64, expected: &str) -> Checked {
+impl<R: Read> Checked<R> {
+    fn new(inner: R, length: u64, expected: &str) -> Checked<R> {
         Checked {
-            chunks,
-            current: Vec::new(),
+            inner,
+            current: Vec::with_capacity(STREAM_CHUNK),
             pos: 0,
             hasher: Sha256::new(),
             left: length,
             actual: Arc::default(),
+            failure: Arc::default(),
             expected: expected.to_owned(),
         }
     }
+
+    fn fail(&self, why: String) -> std::io::Error {
+        let _ = self.failure.set(why.clone());
+        std::io::Error::other(why)
+    }
 }
 
-impl Read for Checked {
+impl<R: Read> Read for Checked<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.pos == self.current.len() {
-            let Ok(chunk) = self.chunks.recv() else {
-                return Ok(0); // The inflating side stopped: its error says why.
-            };
-            self.left = self
-                .left
-                .checked_sub(chunk.len() as u64)
-                .ok_or_else(|| std::io::Error::other("more content than the object's length"))?;
-            self.hasher.update(&chunk);
+        if self.pos == self.current.len() {
+            if self.left == 0 {
+                return Ok(0);
+            }
+            self.current.resize(STREAM_CHUNK.min(self.left as usize), 0);
+            let n = fill(&mut self.inner, &mut self.current)
+                .map_err(|e| self.fail(format!("inflating archived file object: {e}")))?;
+            self.current.truncate(n);
+            self.pos = 0;
+            if n == 0 {
+                let left = self.left;
+                return Err(self.fail(format!(
+                    "inflating archived file object: it ends {left} bytes early"
+                )));
+            }
+            self.left -= n as u64;
+            self.hasher.update(&self.current);
             if self.left == 0 {
                 let actual = hex::encode(std::mem::take(&mut self.hasher).finalize());
                 let matches = actual == self.expected;
@@ -248,26 +305,12 @@ impl Read for Checked {
                     return Err(std::io::Error::other("its content does not match its name"));
                 }
             }
-            (self.current, self.pos) = (chunk, 0);
         }
         let n = buf.len().min(self.current.len() - self.pos);
         buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
     }
-}
-/// Reads into `buf` until it is full or the input ends; returns the bytes read.
-fn fill(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match input.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 fn ends_early(checksum: &str, read: u64, length: u64) -> Result<()> {

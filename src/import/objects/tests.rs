@@ -42,7 +42,7 @@ fn object_keys_are_written_as_loose_names_and_read_back() {
 
 /// The file objects of an archive repo committing `files` (name, content): name and bytes, the
 /// largest content first.
-fn filez_objects(dir: &std::path::Path, files: &[(&str, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
+pub(in crate::import) fn filez_objects(dir: &std::path::Path, files: &[(&str, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
     let (tree, archive) = (dir.join("tree"), dir.join("archive"));
     std::fs::create_dir_all(&tree).unwrap();
     for (name, content) in files {
@@ -78,7 +78,7 @@ fn filez_objects(dir: &std::path::Path, files: &[(&str, Vec<u8>)]) -> Vec<(Strin
 }
 
 /// A bare repo at `dir/bare` with a transaction open, as an import writes into.
-fn bare_repo_in_transaction(dir: &std::path::Path) -> ostree::Repo {
+pub(in crate::import) fn bare_repo_in_transaction(dir: &std::path::Path) -> ostree::Repo {
     let repo = ostree::Repo::new_for_path(dir.join("bare"));
     repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
         .unwrap();
@@ -86,12 +86,12 @@ fn bare_repo_in_transaction(dir: &std::path::Path) -> ostree::Repo {
     repo
 }
 
-fn has_file(repo: &ostree::Repo, checksum: &str) -> bool {
+pub(in crate::import) fn has_file(repo: &ostree::Repo, checksum: &str) -> bool {
     repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)
         .unwrap()
 }
 
-fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+pub(in crate::import) fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -136,7 +136,7 @@ fn in_memory_file_objects_are_checked_before_they_are_written() {
 }
 
 /// `len` bytes that do not compress: a SHA-256 chain.
-fn incompressible(len: usize) -> Vec<u8> {
+pub(in crate::import) fn incompressible(len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + 32);
     let mut block = Sha256::digest(b"pivot").to_vec();
     while out.len() < len {
@@ -158,29 +158,39 @@ fn streamed_file_objects_are_checked_before_they_land() {
     let files = [("big", big.clone()), ("other", incompressible(2 << 20))];
     let objects = filez_objects(dir.path(), &files);
     assert!(objects.iter().all(|(_, d)| d.len() as u64 > IN_MEMORY_OBJECT));
-    let repo = bare_repo_in_transaction(dir.path());
-    let has = |c: &str| has_file(&repo, c);
-    let staged = || walkdir(&dir.path().join("bare/tmp")).len();
-    let before = staged();
-    let write = |name: &str, data: &[u8], size: usize| {
-        write_object(&repo, name, "filez", &mut &data[..], size as u64)
-    };
-    let ((big_name, big_data), (other_name, other_data)) = (&objects[0], &objects[1]);
-    let err = format!("{:#}", write(big_name, other_data, other_data.len()).unwrap_err());
-    assert!(err.contains(big_name.as_str()) && err.contains(other_name.as_str()), "{err}");
-    assert!(err.contains("does not match its name"), "{err}");
-    let cut = &big_data[..big_data.len() - 4096];
-    // The caller names the member; this says what is wrong with it.
-    let err = format!("{:#}", write(big_name, cut, big_data.len()).unwrap_err());
-    assert!(err.contains("inflating archived file object"), "{err}");
-    assert!(!has(big_name) && !has(other_name));
-    assert_eq!(staged(), before, "an unchecked object was left behind");
-    assert_eq!(write(big_name, big_data, big_data.len()).unwrap(), Outcome::Written);
-    assert_eq!(write(big_name, big_data, big_data.len()).unwrap(), Outcome::Skipped);
-    let (input, _, _) = repo.load_file(big_name, gio::Cancellable::NONE).unwrap();
-    let mut read = Vec::new();
-    input.unwrap().into_read().read_to_end(&mut read).unwrap();
-    assert!(read == big, "the object's content differs from the file's");
+    // Streamed from a reader this thread borrows (inflated here, hashed and written on another
+    // thread) and from one it owns (all on this thread, as the pool's writers do).
+    for owned in [false, true] {
+        let dir = dir.path().join(format!("owned-{owned}"));
+        std::fs::create_dir(&dir).unwrap();
+        let repo = bare_repo_in_transaction(&dir);
+        let has = |c: &str| has_file(&repo, c);
+        let staged = || walkdir(&dir.join("bare/tmp")).len();
+        let before = staged();
+        let write = |name: &str, data: &[u8], size: usize| match owned {
+            false => write_object(&repo, name, "filez", &mut &data[..], size as u64),
+            true => {
+                let input = std::io::Cursor::new(data.to_vec());
+                write_object_owned(&repo, name, "filez", input, size as u64)
+            }
+        };
+        let ((big_name, big_data), (other_name, other_data)) = (&objects[0], &objects[1]);
+        let err = format!("{:#}", write(big_name, other_data, other_data.len()).unwrap_err());
+        assert!(err.contains(big_name.as_str()) && err.contains(other_name.as_str()), "{err}");
+        assert!(err.contains("does not match its name"), "{err}");
+        let cut = &big_data[..big_data.len() - 4096];
+        // The caller names the member; this says what is wrong with it.
+        let err = format!("{:#}", write(big_name, cut, big_data.len()).unwrap_err());
+        assert!(err.contains("inflating archived file object"), "{err}");
+        assert!(!has(big_name) && !has(other_name));
+        assert_eq!(staged(), before, "an unchecked object was left behind");
+        assert_eq!(write(big_name, big_data, big_data.len()).unwrap(), Outcome::Written);
+        assert_eq!(write(big_name, big_data, big_data.len()).unwrap(), Outcome::Skipped);
+        let (input, _, _) = repo.load_file(big_name, gio::Cancellable::NONE).unwrap();
+        let mut read = Vec::new();
+        input.unwrap().into_read().read_to_end(&mut read).unwrap();
+        assert!(read == big, "the object's content differs from the file's");
+    }
 }
 
 /// An archive header that claims more than any real one (owner, mode and xattrs take a few
