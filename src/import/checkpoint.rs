@@ -119,7 +119,7 @@ impl<'a> Tracker<'a> {
 
     /// The decompression point a checkpoint at `end` would save, when one is due. It is taken
     /// now: the decoder keeps only its newest points.
-    pub fn due_point(&self, end: u64) -> Option<InflatePoint> {
+    fn due_point(&self, end: u64) -> Option<InflatePoint> {
         self.due_point_after(end, None)
     }
 

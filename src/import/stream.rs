@@ -101,38 +101,41 @@ pub(super) fn decompress(
     }
 }
 
-/// A `Read` over chunks sent by another thread; end of file when the sender is gone.
-pub(super) struct ChunkReader {
-    rx: Receiver<Vec<u8>>,
-    current: Vec<u8>,
+/// A `Read` over chunks sent by another thread; end of file when the sender is gone. A chunk
+/// read is dropped before the next is waited for (a streamed object's chunk then gives back its
+/// share of the bound on what streams hold: `super::writers`).
+pub(super) struct ChunkReader<C = Vec<u8>> {
+    rx: Receiver<C>,
+    current: Option<C>,
     pos: usize,
 }
 
-impl ChunkReader {
-    pub fn new(rx: Receiver<Vec<u8>>) -> ChunkReader {
+impl<C> ChunkReader<C> {
+    pub fn new(rx: Receiver<C>) -> ChunkReader<C> {
         ChunkReader {
             rx,
-            current: Vec::new(),
+            current: None,
             pos: 0,
         }
     }
 }
 
-impl Read for ChunkReader {
+impl<C: AsRef<[u8]>> Read for ChunkReader<C> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.pos == self.current.len() {
+        loop {
+            let unread = self.current.as_ref().map(|c| &c.as_ref()[self.pos..]);
+            if let Some(unread) = unread.filter(|u| !u.is_empty()) {
+                let n = buf.len().min(unread.len());
+                buf[..n].copy_from_slice(&unread[..n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            self.current = None;
             match self.rx.recv() {
-                Ok(chunk) => {
-                    self.current = chunk;
-                    self.pos = 0;
-                }
+                Ok(chunk) => (self.current, self.pos) = (Some(chunk), 0),
                 Err(_) => return Ok(0),
             }
         }
-        let n = buf.len().min(self.current.len() - self.pos);
-        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
     }
 }
 

@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use anyhow::{anyhow, Context, Result};
 
 use super::objects::{write_object, write_object_bytes, write_object_owned, Outcome, Tally};
-use super::stream::{fill, STREAM_CHUNK};
+use super::stream::{fill, ChunkReader, STREAM_CHUNK};
 
 /// Bytes of objects read ahead of the writers, at most (one object may exceed it alone).
 const QUEUED_BYTES: usize = 1 << 20;
@@ -56,7 +56,8 @@ enum Payload {
 }
 
 impl Payload {
-    /// What the job counts against [`QUEUED_BYTES`]: a stream's memory is bounded by its channel.
+    /// What the job counts against [`QUEUED_BYTES`]: a stream's chunks count against
+    /// [`STREAMED_AHEAD`] instead.
     fn weight(&self) -> usize {
         match self {
             Payload::Bytes(data) => data.len(),
@@ -325,7 +326,7 @@ fn work(repo: &ostree::Repo, shared: &Shared) {
             _ if skip => Ok(Outcome::Ignored),
             Payload::Bytes(data) => write_object_bytes(repo, &checksum, &ext, data),
             Payload::Stream(chunks, size) => {
-                write_object_owned(repo, &checksum, &ext, Chunks::new(chunks), size)
+                write_object_owned(repo, &checksum, &ext, ChunkReader::new(chunks), size)
             }
         }
         .map_err(|e| e.context(format!("importing {}{rel}", super::REPO_DIR)));
@@ -387,39 +388,9 @@ impl Drop for Chunk {
     }
 }
 
-/// A streamed object as its writer reads it; end of file when the tar thread is done with it.
-struct Chunks {
-    rx: Receiver<Chunk>,
-    current: Option<Chunk>,
-    pos: usize,
-}
-
-impl Chunks {
-    fn new(rx: Receiver<Chunk>) -> Chunks {
-        Chunks {
-            rx,
-            current: None,
-            pos: 0,
-        }
-    }
-}
-
-impl Read for Chunks {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            if let Some(chunk) = self.current.as_ref().filter(|c| self.pos < c.data.len()) {
-                let n = buf.len().min(chunk.data.len() - self.pos);
-                buf[..n].copy_from_slice(&chunk.data[self.pos..self.pos + n]);
-                self.pos += n;
-                return Ok(n);
-            }
-            // The chunk read is given back before the next is waited for.
-            self.current = None;
-            match self.rx.recv() {
-                Ok(chunk) => (self.current, self.pos) = (Some(chunk), 0),
-                Err(_) => return Ok(0),
-            }
-        }
+impl AsRef<[u8]> for Chunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
     }
 }
 
