@@ -1266,10 +1266,10 @@ fn fleet_lock_first_boot_and_rollback() {
         use pivot_testkit::FleetLockServer;
         let fleet = FleetLockServer::poseidon()?;
         fleet.hold("default", "another-node");
+        // Asked every 2 s (zincati's 300 s would make a long test).
         let config = format!(
-            "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://{}{}/\"\n",
+            "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://{}/\"\ninterval = 2\n",
             vm::qemu::GUEST_FLEETLOCK,
-            pivot_testkit::FLEET_LOCK_BASE_PATH
         );
         let Start {
             images,
@@ -1396,7 +1396,8 @@ fn fleet_lock_first_boot_and_rollback() {
             .context("the slot record outlived the steady-state")?;
 
         // Rollback by hand: without --reboot it only changes the default (here twice, back to
-        // v2); with it, the node reboots into the rolled-back v1 (no slot: it is going back).
+        // v2); with it, the node takes a slot (every reboot pivot makes under fleet_lock holds
+        // one) and reboots into the rolled-back v1, which gives the slot back.
         for expected in [&images.commits.v1, &v2.commit] {
             let out = m.run("pivot rollback", m.scaled(60))?;
             ensure!(
@@ -1409,10 +1410,34 @@ fn fleet_lock_first_boot_and_rollback() {
                 out.text
             );
         }
+        let granted_before = fleet
+            .requests()
+            .iter()
+            .filter(|r| r.operation == "pre-reboot" && r.id == id && r.status == 200)
+            .count();
         m.reboot_by("pivot rollback --reboot", m.scaled(200))
             .context("waiting for the reboot into the rolled-back v1")?;
         m.base_checks()?;
         assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
+        let granted_after = fleet
+            .requests()
+            .iter()
+            .filter(|r| r.operation == "pre-reboot" && r.id == id && r.status == 200)
+            .count();
+        ensure!(
+            granted_after > granted_before,
+            "the rollback rebooted without a slot: {:?}",
+            fleet.requests()
+        );
+        let deadline = std::time::Instant::now() + m.scaled(60);
+        while !fleet.holders("default").is_empty() {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "the rollback's slot was not given back: {:?}",
+                fleet.requests()
+            );
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
         let status = facts::guest_status(&mut m)?;
         let rollback = &facts::pivot_state(&status, STATEROOT)["rollback"];
         ensure!(

@@ -60,7 +60,8 @@ pub enum Command {
     Rollback(RollbackArgs),
     /// Let the next reboot apply the deployment `--lock-finalization` staged.
     ///
-    /// With `--reboot` under the reboot strategy fleet_lock, the FleetLock slot is taken first.
+    /// Under the reboot strategy fleet_lock only with `--reboot`: the FleetLock slot is taken
+    /// first, and given back if the unlock or the reboot fails.
     Finalize(FinalizeArgs),
     /// Show the packages added, removed, upgraded and downgraded between two deployments.
     ///
@@ -79,9 +80,10 @@ pub enum Command {
     /// Give the node's FleetLock reboot slot back (pivot-steady-state.service, at boot).
     ///
     /// Tells the server the slot an earlier boot asked for (/var/lib/pivot/fleet-lock.json) is
-    /// free again, asking until it says yes; nothing to do when no slot was asked for, or only
-    /// in this boot. Exits 1 only when the server refuses for good (a 4xx other than 408, 423
-    /// and 429); the record then stays for the next try.
+    /// free again, asking until it says yes, with nothing but that record; then, under the
+    /// reboot strategy fleet_lock, reports the node steady to the configured server, as zincati
+    /// does at every start. Nothing is sent while this boot holds a slot for a reboot still to
+    /// come. Exits 1 when the configuration does not load (after giving a recorded slot back).
     SteadyState(SteadyStateArgs),
 }
 
@@ -96,7 +98,8 @@ pub struct FinalizeArgs {
 
 #[derive(Debug, Args)]
 pub struct RollbackArgs {
-    /// Reboot (through systemd) into the deployment made the default.
+    /// Reboot (through systemd) into the deployment made the default; under the reboot
+    /// strategy fleet_lock once a FleetLock slot is granted.
     #[arg(short, long)]
     pub reboot: bool,
     #[arg(long, value_name = "PATH", default_value = "/")]

@@ -117,39 +117,52 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
         }
         Some(Command::Confirm(args)) => confirm(args).await,
         Some(Command::Finalize(args)) => {
+            let (node, config) = run::fleet_node(&args.sysroot)?;
+            // An unlocked deployment is applied by any reboot: under fleet_lock only the slot
+            // may unlock it, and the reboot follows at once.
+            if let (false, Strategy::FleetLock(lock)) = (args.reboot, &config.strategy) {
+                bail!(
+                    "the reboot strategy is fleet_lock: the staged deployment is unlocked only with a reboot slot from {}, and the reboot follows at once; run `pivot finalize --reboot`",
+                    lock.base_url
+                );
+            }
             let staged = crate::sysroot::deployments::open_sysroot(&args.sysroot)?
                 .staged_deployment()
                 .is_some();
             if !staged {
                 bail!("{NOTHING_STAGED}");
             }
-            // The slot before the unlock: an unlocked deployment is applied by any reboot.
-            let (node, config) = run::fleet_node(&args.sysroot)?;
-            if let (true, Strategy::FleetLock(lock)) = (args.reboot, &config.strategy) {
-                fleet::take_slot(lock, &node).await?;
-            }
-            let sysroot = args.sysroot.clone();
-            let tries = config.boot_tries;
-            let unlocked = tokio::task::spawn_blocking(move || fleet::unlock(&sysroot, tries))
-                .await??
-                .ok_or_else(|| anyhow::anyhow!("{NOTHING_STAGED}"))?;
-            match unlocked.was_locked {
-                true => println!("unlocked: the next reboot applies {}", unlocked.commit),
-                false => println!(
-                    "{} was not locked: the next reboot applies it",
-                    unlocked.commit
-                ),
-            }
-            if args.reboot {
-                let target = events::Target {
-                    commit: unlocked.commit,
-                    ..Default::default()
-                };
-                match &config.strategy {
-                    // The slot is held and the deployment unlocked: only the reboot is left.
-                    Strategy::FleetLock(_) => reboot::reboot(&target, fleet::SLOT_GRANTED_REBOOT)?,
-                    _ => fleet::reboot(&config, &node, &target).await?,
+            let finalize = async {
+                let sysroot = args.sysroot.clone();
+                let tries = config.boot_tries;
+                let unlocked = tokio::task::spawn_blocking(move || fleet::unlock(&sysroot, tries))
+                    .await??
+                    .ok_or_else(|| anyhow::anyhow!("{NOTHING_STAGED}"))?;
+                match unlocked.was_locked {
+                    true => println!("unlocked: the next reboot applies {}", unlocked.commit),
+                    false => println!(
+                        "{} was not locked: the next reboot applies it",
+                        unlocked.commit
+                    ),
                 }
+                if args.reboot {
+                    let target = events::Target {
+                        commit: unlocked.commit,
+                        ..Default::default()
+                    };
+                    match &config.strategy {
+                        // The slot is held and the deployment unlocked: only the reboot is left.
+                        Strategy::FleetLock(_) => {
+                            reboot::reboot(&target, fleet::SLOT_GRANTED_REBOOT)?
+                        }
+                        _ => fleet::reboot(&config, &node, &target).await?,
+                    }
+                }
+                Ok(())
+            };
+            match &config.strategy {
+                Strategy::FleetLock(lock) => fleet::with_slot(lock, &node, finalize).await?,
+                _ => finalize.await?,
             }
             Ok(Exit::Success)
         }
@@ -172,11 +185,30 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             Ok(Exit::Success)
         }
         Some(Command::SteadyState(args)) => {
-            let (node, _) = run::fleet_node(&args.sysroot)?;
-            match fleet::steady_state(&node.state_dir).await? {
-                Released::Nothing => println!("no FleetLock reboot slot was asked for: nothing to give back"),
+            let (node, config) = run::fleet_node_and_config(&args.sysroot)?;
+            let id = crate::fleet::machine_id::of_etc(&node.etc).ok();
+            // The record first: it needs nothing else, so a configuration that does not load
+            // (a key of another pivot version) cannot keep a slot from being given back.
+            let released = fleet::steady_state(&node.state_dir, id.as_deref()).await?;
+            match &released {
+                Released::Nothing => {}
                 Released::ThisBoot => println!("the FleetLock reboot slot was asked for in this boot: it is given back after the reboot it is for"),
                 Released::GivenBack { base_url, id } => println!("gave the reboot slot of {id} back to {base_url}"),
+            }
+            // Then, as zincati at every start, the node reports steady to the configured server.
+            match (config?.strategy, &released) {
+                (_, Released::ThisBoot) => {}
+                (Strategy::FleetLock(lock), _) => {
+                    if let Released::GivenBack { base_url, id } =
+                        fleet::report_steady(&lock, &node).await?
+                    {
+                        println!("reported {id} steady to {base_url}");
+                    }
+                }
+                (_, Released::Nothing) => {
+                    println!("no FleetLock reboot slot was asked for: nothing to give back")
+                }
+                (_, Released::GivenBack { .. }) => {}
             }
             Ok(Exit::Success)
         }
@@ -197,7 +229,12 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                         commit: report.done.to.clone(),
                         ..Default::default()
                     };
-                    reboot::reboot(&target, "rebooting into the previous deployment")?;
+                    reboot_with_slot(
+                        &args.sysroot,
+                        &target,
+                        "rebooting into the previous deployment",
+                    )
+                    .await?;
                 } else {
                     tracing::warn!(
                         "not rebooting: {} is not the booted system",
@@ -212,6 +249,22 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
 }
 
 const NOTHING_STAGED: &str = "no deployment is staged: there is nothing to finalize";
+
+/// A reboot pivot makes that is not into a staged update (a rollback's): under `fleet_lock` it
+/// holds a slot too, given back at the next boot (or at once if the reboot fails).
+async fn reboot_with_slot(
+    sysroot: &std::path::Path,
+    target: &events::Target,
+    why: &str,
+) -> Result<()> {
+    let (node, config) = run::fleet_node(sysroot)?;
+    match &config.strategy {
+        Strategy::FleetLock(lock) => {
+            fleet::with_slot(lock, &node, async { reboot::reboot(target, why) }).await
+        }
+        _ => reboot::reboot(target, why),
+    }
+}
 
 /// `pivot config`: one line a key (value, then where it was set), then the health checks.
 fn render_config(config: &Config, checks: &[PathBuf]) -> String {
@@ -300,16 +353,24 @@ async fn confirm(args: ConfirmArgs) -> Result<Exit> {
                         &format!("{what}: rolling back to {to}"),
                     );
                     if booted {
-                        // Still down for the update: the FleetLock slot is kept until the
-                        // node runs the previous deployment.
-                        if let Ok((node, _)) = &loaded {
-                            if let Err(e) = fleet::hold_through_this_boot(&node.state_dir) {
-                                tracing::warn!(
-                                    "keeping the FleetLock slot through the rollback: {e:#}"
-                                );
-                            }
+                        // Still down for the update: the FleetLock slot it was granted is kept
+                        // until the node runs the previous deployment; without one (another
+                        // agent rebooted the node into it), the rollback's reboot takes one.
+                        let held = match &loaded {
+                            Ok((node, _)) => fleet::hold_through_this_boot(&node.state_dir)
+                                .unwrap_or_else(|e| {
+                                    tracing::warn!(
+                                        "keeping the FleetLock slot through the rollback: {e:#}"
+                                    );
+                                    false
+                                }),
+                            Err(_) => false,
+                        };
+                        let why = "rebooting into the previous deployment";
+                        match held {
+                            true => reboot::reboot(&target, why)?,
+                            false => reboot_with_slot(&args.sysroot, &target, why).await?,
                         }
-                        reboot::reboot(&target, "rebooting into the previous deployment")?;
                         return Ok(Exit::Failure);
                     }
                 }

@@ -48,7 +48,7 @@ impl RetryPolicy {
         if let Some(asked) = asked {
             delay = delay.max(asked.saturating_add(asked.mul_f64(0.1 * jitter())));
         }
-        (progress.elapsed() + delay < self.budget).then_some(delay)
+        (progress.elapsed().saturating_add(delay) < self.budget).then_some(delay)
     }
 
     pub fn budget(&self) -> Duration {

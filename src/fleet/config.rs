@@ -11,6 +11,8 @@
 //! [reboot.fleet_lock]
 //! base_url = "http://fleetlock.example.com:8080/"
 //! group = "workers"              # default "default"
+//! interval = 300                 # seconds between requests while waiting (default 300)
+//! timeout = 1800                 # seconds one request may take (default 1800)
 //!
 //! [health]
 //! timeout = 300                  # seconds one /etc/pivot/health.d check may run (default 300)
@@ -21,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::node::drop_ins::{ADMIN_DIR, VENDOR_DIR};
 
@@ -41,6 +44,16 @@ pub const DEFAULT_BOOT_TRIES: u8 = 3;
 pub const MAX_BOOT_TRIES: u8 = 9;
 /// The FleetLock group of a node that names none, as zincati's.
 pub const DEFAULT_GROUP: &str = "default";
+/// Between two FleetLock requests while pivot waits (for a slot, or to give one back):
+/// zincati's `DEFAULT_REFRESH_PERIOD_SECS`, the period its agent asks `pre-reboot` and retries
+/// `steady-state` at. A fleet of pivots then loads a server as a fleet of zincatis does.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(300);
+/// How long one FleetLock request may take: zincati's `DEFAULT_HTTP_COMPLETION_TIMEOUT`.
+/// poseidon/fleetlock cordons the node and evicts its pods inside the `pre-reboot` request,
+/// with no bound of its own, before it answers.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// The largest `interval` or `timeout`: a day.
+const MAX_SECONDS: u64 = 24 * 3600;
 
 /// When a node reboots into a staged update.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -58,9 +71,27 @@ pub enum Strategy {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetLock {
-    /// Without a trailing `/`: endpoints are `<base>/v1/...`.
+    /// As configured: endpoints are `v1/pre-reboot` and `v1/steady-state` resolved against it
+    /// as a URL reference, as zincati resolves them (`Url::join`), so `http://h/fleetlock/`
+    /// serves under `/fleetlock/v1/...` and `http://h/fleetlock` under `/v1/...`.
     pub base_url: String,
     pub group: String,
+    /// Between two requests while waiting ([`DEFAULT_INTERVAL`]), jittered as zincati's.
+    pub interval: Duration,
+    /// How long one request may take ([`DEFAULT_TIMEOUT`]).
+    pub timeout: Duration,
+}
+
+impl FleetLock {
+    /// A server at `base_url`, group `group`, with zincati's cadence and timeout.
+    pub fn new(base_url: &str, group: &str) -> FleetLock {
+        FleetLock {
+            base_url: base_url.to_string(),
+            group: group.to_string(),
+            interval: DEFAULT_INTERVAL,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +153,10 @@ struct RebootSection {
 struct FleetLockSection {
     base_url: Option<String>,
     group: Option<String>,
+    /// Seconds.
+    interval: Option<u64>,
+    /// Seconds.
+    timeout: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -139,6 +174,7 @@ impl Config {
         let mut files = crate::node::drop_ins::list(etc, CONFIG_D)?;
         files.retain(|p| p.extension().is_some_and(|e| e == "toml"));
         let (mut strategy, mut base_url, mut group) = (None, None, None);
+        let (mut interval, mut timeout) = (None, None);
         let mut health_timeout = None;
         let mut boot_tries = None;
         for file in &files {
@@ -168,6 +204,19 @@ impl Config {
             if let Some(fleet_lock) = reboot.fleet_lock {
                 base_url = fleet_lock.base_url.map(|u| (u, file.clone())).or(base_url);
                 group = fleet_lock.group.map(|g| (g, file.clone())).or(group);
+                for (value, key, slot) in [
+                    (fleet_lock.interval, "interval", &mut interval),
+                    (fleet_lock.timeout, "timeout", &mut timeout),
+                ] {
+                    if let Some(seconds) = value {
+                        ensure!(
+                            (1..=MAX_SECONDS).contains(&seconds),
+                            "{}: reboot.fleet_lock.{key} must be 1 to {MAX_SECONDS} (seconds), not {seconds}",
+                            file.display()
+                        );
+                        *slot = Some((Duration::from_secs(seconds), file.clone()));
+                    }
+                }
             }
         }
         let mut sources = BTreeMap::new();
@@ -192,11 +241,20 @@ impl Config {
                     );
                 };
                 sources.insert("reboot.fleet_lock.base_url", file.clone());
+                let parsed = reqwest::Url::parse(&url).ok();
                 ensure!(
-                    url.starts_with("http://") || url.starts_with("https://"),
+                    parsed.as_ref().is_some_and(|u| {
+                        matches!(u.scheme(), "http" | "https") && u.host().is_some()
+                    }),
                     "{}: reboot.fleet_lock.base_url {url:?} is not an http:// or https:// URL",
                     file.display()
                 );
+                if let Some((_, file)) = &interval {
+                    sources.insert("reboot.fleet_lock.interval", file.clone());
+                }
+                if let Some((_, file)) = &timeout {
+                    sources.insert("reboot.fleet_lock.timeout", file.clone());
+                }
                 let group = match group {
                     Some((group, file)) => {
                         sources.insert("reboot.fleet_lock.group", file.clone());
@@ -213,8 +271,10 @@ impl Config {
                     None => DEFAULT_GROUP.to_string(),
                 };
                 Strategy::FleetLock(FleetLock {
-                    base_url: url.trim_end_matches('/').to_string(),
+                    base_url: url,
                     group,
+                    interval: interval.map_or(DEFAULT_INTERVAL, |(d, _)| d),
+                    timeout: timeout.map_or(DEFAULT_TIMEOUT, |(d, _)| d),
                 })
             }
         };
@@ -254,6 +314,16 @@ impl Config {
                 "reboot.fleet_lock.group",
                 lock.group.clone(),
                 from("reboot.fleet_lock.group"),
+            ));
+            keys.push((
+                "reboot.fleet_lock.interval",
+                lock.interval.as_secs().to_string(),
+                from("reboot.fleet_lock.interval"),
+            ));
+            keys.push((
+                "reboot.fleet_lock.timeout",
+                lock.timeout.as_secs().to_string(),
+                from("reboot.fleet_lock.timeout"),
             ));
         }
         keys.push((
@@ -305,10 +375,7 @@ mod tests {
         let config = Config::load(&etc).unwrap();
         assert_eq!(
             config.strategy,
-            Strategy::FleetLock(FleetLock {
-                base_url: "http://lock:8080".into(),
-                group: "canary".into()
-            })
+            Strategy::FleetLock(FleetLock::new("http://lock:8080/", "canary"))
         );
         assert_eq!(config.health_timeout.as_secs(), 60);
         let keys = config.keys();
@@ -355,10 +422,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             config.strategy,
-            Strategy::FleetLock(FleetLock {
-                base_url: "http://lock:8080".into(),
-                group: "canary".into()
-            })
+            Strategy::FleetLock(FleetLock::new("http://lock:8080/", "canary"))
         );
         let config = load(&[
             ("10-fleet.toml", "[reboot]\nstrategy = \"fleet_lock\"\n"),
@@ -400,5 +464,35 @@ mod tests {
             "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://l\"\ngroup = \"a b\"\n",
         )]);
         assert!(e.contains("50-x.toml") && e.contains("reboot.fleet_lock.group"), "{e}");
+        for bad in ["interval = 0", "timeout = 0", "interval = 86401"] {
+            let e = err(&[(
+                "50-x.toml",
+                &format!("[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://l/\"\n{bad}\n"),
+            )]);
+            let key = bad.split(' ').next().unwrap();
+            assert!(e.contains("50-x.toml") && e.contains(&format!("reboot.fleet_lock.{key}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_cadence_is_zincatis_unless_configured() {
+        let fleet = "[reboot]\nstrategy = \"fleet_lock\"\n[reboot.fleet_lock]\nbase_url = \"http://l/fl\"\n";
+        let Strategy::FleetLock(lock) = load(&[("10-f.toml", fleet)]).unwrap().strategy else {
+            panic!("not fleet_lock")
+        };
+        assert_eq!((lock.interval.as_secs(), lock.timeout.as_secs()), (300, 1800));
+        // Kept as written: the endpoints are resolved against it as zincati resolves them.
+        assert_eq!(lock.base_url, "http://l/fl");
+        let config = load(&[
+            ("10-f.toml", fleet),
+            ("20-t.toml", "[reboot.fleet_lock]\ninterval = 30\ntimeout = 600\n"),
+        ])
+        .unwrap();
+        let Strategy::FleetLock(lock) = &config.strategy else { panic!("not fleet_lock") };
+        assert_eq!((lock.interval.as_secs(), lock.timeout.as_secs()), (30, 600));
+        assert!(config
+            .keys()
+            .iter()
+            .any(|(k, v, from)| *k == "reboot.fleet_lock.interval" && v == "30" && from.is_some_and(|p| p.ends_with("20-t.toml"))));
     }
 }

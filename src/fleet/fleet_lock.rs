@@ -7,29 +7,42 @@
 //! sends it as `text/plain`, so the body is parsed whatever its type). Both operations are
 //! recursive on the server, so repeating either is harmless.
 //!
-//! A no is one of two kinds ([`Answer::is_final`]). *Not now*: the lock is held (poseidon's
-//! `423 lock_held`, for steady-state too while another node holds its group's lease; airlock's
-//! `500 failed_lock` when all slots are taken), the server is busy or failing (408, 429, 5xx) —
-//! asked again after a while. *Never*: any other 4xx (a malformed request, airlock's
-//! `400 unknown_group`, a base URL that names no FleetLock endpoint: 404, 405), which asking
-//! again cannot change.
+//! A no is one of two kinds ([`Answer::is_misconfiguration`]). *Not now*: the lock is held
+//! (poseidon's `423 lock_held`, for steady-state too while another node holds its group's
+//! lease; airlock's `500 failed_lock` when all slots are taken), the server is busy or failing
+//! (408, 429, 5xx). *A configuration to fix*: any other 4xx (a malformed request, airlock's
+//! `400 unknown_group`, a base URL that names no FleetLock endpoint: 404, 405). zincati asks
+//! again after either, at its usual period; pivot does too, the second more slowly and loudly
+//! (an admin may be fixing the server's groups right now: a node that stopped asking would
+//! stay behind until its next boot).
+//!
+//! Whether a no came from the FleetLock server itself ([`Answer::is_from_server`]) matters
+//! for the slot record: only the server's own `{"kind", "value"}` error says it did not grant.
+//! A gateway's 502 or 504, or a timeout, may hide a grant the server made.
+//!
+//! Endpoints are resolved against the base URL as zincati resolves them (`Url::join` with
+//! `v1/pre-reboot`): a base with a trailing `/` keeps its path, one without has its last
+//! segment replaced. `Retry-After` (RFC 9110), which neither server sends but a gateway or
+//! proxy in front of one may, is honoured.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
+use reqwest::Url;
 use serde::Deserialize;
 
 use super::config::FleetLock;
 
-/// How long one request may take: a server that hangs is retried like one that is down.
-/// poseidon/fleetlock cordons the node and evicts its pods before it answers a pre-reboot.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest `Retry-After` honoured: a day. A longer one (or an absurd one) is taken as that.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 pub struct Client {
     http: reqwest::Client,
     pub base_url: String,
     pub id: String,
     pub group: String,
+    pre_reboot: Url,
+    steady_state: Url,
 }
 
 /// The server's answer to one request.
@@ -39,10 +52,12 @@ pub enum Answer {
     Refused {
         status: u16,
         /// The error's `kind` (e.g. poseidon's `lock_held`, airlock's `failed_lock`), if the body
-    /// had one.
+        /// had one: the FleetLock server's own answer, not a gateway's.
         kind: Option<String>,
         /// The error's `value`, else the body's text.
         why: String,
+        /// `Retry-After`, bounded by [`MAX_RETRY_AFTER`].
+        retry_after: Option<Duration>,
     },
 }
 
@@ -52,10 +67,31 @@ struct ErrorBody {
     value: String,
 }
 
+/// `v1/<operation>` resolved against `base_url` as zincati resolves it.
+pub fn endpoint(base_url: &str, operation: &str) -> Result<Url> {
+    let base = Url::parse(base_url)
+        .with_context(|| format!("the FleetLock base URL {base_url:?} is not a URL"))?;
+    base.join(&format!("v1/{operation}"))
+        .with_context(|| format!("resolving v1/{operation} against {base_url}"))
+}
+
 impl Client {
     pub fn new(lock: &FleetLock, id: String) -> Result<Client> {
+        let pre_reboot = endpoint(&lock.base_url, "pre-reboot")?;
+        let steady_state = endpoint(&lock.base_url, "steady-state")?;
+        Client::with_endpoints(lock, id, pre_reboot, steady_state)
+    }
+
+    /// A client for the endpoints given, whatever the base URL would resolve to (a slot record
+    /// of an earlier pivot names where it asked).
+    pub fn with_endpoints(
+        lock: &FleetLock,
+        id: String,
+        pre_reboot: Url,
+        steady_state: Url,
+    ) -> Result<Client> {
         let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
+            .timeout(lock.timeout)
             .user_agent(concat!("pivot/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("setting up the FleetLock client")?;
@@ -64,25 +100,30 @@ impl Client {
             base_url: lock.base_url.clone(),
             id,
             group: lock.group.clone(),
+            pre_reboot,
+            steady_state,
         })
+    }
+
+    pub fn steady_state_url(&self) -> &Url {
+        &self.steady_state
     }
 
     /// Asks for a reboot slot.
     pub async fn pre_reboot(&self) -> Result<Answer> {
-        self.post("pre-reboot").await
+        self.post(&self.pre_reboot).await
     }
 
     /// Gives the slot back (also when this node holds none).
     pub async fn steady_state(&self) -> Result<Answer> {
-        self.post("steady-state").await
+        self.post(&self.steady_state).await
     }
 
-    async fn post(&self, operation: &str) -> Result<Answer> {
-        let url = format!("{}/v1/{operation}", self.base_url);
+    async fn post(&self, url: &Url) -> Result<Answer> {
         let body = serde_json::json!({"client_params": {"id": self.id, "group": self.group}});
         let response = self
             .http
-            .post(&url)
+            .post(url.clone())
             .header("fleet-lock-protocol", "true")
             .json(&body)
             .send()
@@ -93,30 +134,73 @@ impl Client {
         if response.status().is_success() {
             return Ok(Answer::Granted);
         }
-        let text = response.text().await.unwrap_or_default();
-        Ok(match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(error) => Answer::Refused {
-                status,
-                kind: Some(error.kind),
-                why: error.value,
-            },
-            Err(_) => Answer::Refused {
-                status,
-                kind: None,
-                why: text.chars().take(200).collect::<String>().trim().to_string(),
-            },
-        })
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| crate::fetch::retry_after::parse(v, SystemTime::now()))
+            .map(|d| d.min(MAX_RETRY_AFTER));
+        // A refusal's body is a short JSON error; more is not read.
+        let text = read_at_most(response, 64 * 1024).await;
+        Ok(refusal(status, &text, retry_after))
+    }
+}
+
+async fn read_at_most(mut response: reqwest::Response, limit: usize) -> String {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= limit {
+            body.truncate(limit);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// A refusal with status `status` and body `text`.
+fn refusal(status: u16, text: &str, retry_after: Option<Duration>) -> Answer {
+    match serde_json::from_str::<ErrorBody>(text) {
+        Ok(error) => Answer::Refused {
+            status,
+            kind: Some(crate::node::logging::one_line(&error.kind)),
+            why: crate::node::logging::one_line(&error.value),
+            retry_after,
+        },
+        Err(_) => Answer::Refused {
+            status,
+            kind: None,
+            why: crate::node::logging::one_line(
+                text.chars().take(200).collect::<String>().trim(),
+            ),
+            retry_after,
+        },
     }
 }
 
 impl Answer {
-    /// A refusal that asking again cannot change (see the module docs).
-    pub fn is_final(&self) -> bool {
+    /// A refusal that only a change of configuration (the node's or the server's) can turn
+    /// into a yes (see the module docs).
+    pub fn is_misconfiguration(&self) -> bool {
         match self {
             Answer::Granted => false,
             Answer::Refused { status, .. } => {
                 (400..500).contains(status) && !matches!(status, 408 | 423 | 429)
             }
+        }
+    }
+
+    /// Whether the FleetLock server itself refused (its `{"kind", "value"}` error): then it
+    /// did not grant. Anything else (a gateway's 502 or 504, a proxy's page) may hide a grant.
+    pub fn is_from_server(&self) -> bool {
+        matches!(self, Answer::Refused { kind: Some(_), .. })
+    }
+
+    /// The wait the answer asks for, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Answer::Granted => None,
+            Answer::Refused { retry_after, .. } => *retry_after,
         }
     }
 }
@@ -129,11 +213,13 @@ impl std::fmt::Display for Answer {
                 status,
                 kind: Some(kind),
                 why,
+                ..
             } => write!(f, "{why} ({kind}, HTTP {status})"),
             Answer::Refused {
                 status,
                 kind: None,
                 why,
+                ..
             } => write!(f, "HTTP {status}: {why}"),
         }
     }
@@ -144,20 +230,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_refusals_asking_again_cannot_change_are_final() {
-        let refused = |status| Answer::Refused {
-            status,
-            kind: None,
-            why: String::new(),
-        };
+    fn only_refusals_a_fixed_configuration_can_change_are_misconfigurations() {
+        let refused = |status| refusal(status, "", None);
         // poseidon's lock_held, airlock's failed_lock, busy and failing servers: waits.
         for status in [423, 500, 408, 429, 502, 503] {
-            assert!(!refused(status).is_final(), "{status}");
+            assert!(!refused(status).is_misconfiguration(), "{status}");
         }
-        // A malformed request, an unknown group, no FleetLock endpoint there: final.
+        // A malformed request, an unknown group, no FleetLock endpoint there.
         for status in [400, 401, 403, 404, 405, 409, 422] {
-            assert!(refused(status).is_final(), "{status}");
+            assert!(refused(status).is_misconfiguration(), "{status}");
         }
-        assert!(!Answer::Granted.is_final());
+        assert!(!Answer::Granted.is_misconfiguration());
+    }
+
+    #[test]
+    fn only_the_servers_own_error_says_nothing_was_granted() {
+        let poseidon = refusal(423, "{\"kind\":\"lock_held\",\"value\":\"held by x\"}\n", None);
+        assert!(poseidon.is_from_server());
+        assert_eq!(poseidon.to_string(), "held by x (lock_held, HTTP 423)");
+        // A gateway's page in front of the server: the grant may have happened behind it.
+        for (status, body) in [(502, "<html>Bad Gateway</html>"), (504, ""), (500, "oops")] {
+            assert!(!refusal(status, body, None).is_from_server(), "{status}");
+        }
+        // A body that tries to break the log line is kept on one.
+        let odd = refusal(500, "{\"kind\":\"a\\nb\",\"value\":\"c\\r\\nd\"}", None);
+        assert!(!odd.to_string().contains('\n'), "{odd}");
+    }
+
+    #[test]
+    fn endpoints_resolve_as_zincatis_url_join() {
+        let at = |base: &str| endpoint(base, "pre-reboot").unwrap().to_string();
+        assert_eq!(at("http://h:8080/fleetlock/"), "http://h:8080/fleetlock/v1/pre-reboot");
+        assert_eq!(at("http://h:8080/fleetlock"), "http://h:8080/v1/pre-reboot");
+        assert_eq!(at("http://h:8080"), "http://h:8080/v1/pre-reboot");
+        assert_eq!(at("https://h/a/b/"), "https://h/a/b/v1/pre-reboot");
+        assert!(endpoint("not a url", "pre-reboot").is_err());
     }
 }

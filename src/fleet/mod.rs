@@ -10,7 +10,10 @@
 //!   armed with it) and the node rebooted. At the following boots `pivot steady-state`
 //!   (`pivot-steady-state.service`, beside kubelet, never before it) gives the slot back,
 //!   whatever became of the update, asking until the server says yes ([`slot`] records what
-//!   may be held, and where);
+//!   may be held, and where), then reports the node steady as zincati does at every start. A
+//!   step after the grant that fails gives the slot back at once: a slot is held only while
+//!   the node is on its way to a reboot. Every reboot pivot makes under `fleet_lock` holds a
+//!   slot, a rollback's too;
 //! - `sentinel`: never by itself; `/var/run/reboot-required` tells kured, which drains the node
 //!   and reboots it when its own lock allows (as for package updates);
 //! - `never`: never by itself (the machine-config daemon's drain-then-reboot, or an admin).
@@ -25,7 +28,7 @@ pub mod slot;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::node::events::Target;
 use crate::node::reboot;
@@ -37,13 +40,9 @@ use slot::{Records, Slot};
 
 /// The file kured watches (its `--reboot-sentinel` default).
 pub const SENTINEL: &str = "/var/run/reboot-required";
-/// Waits between pre-reboot requests grow from the first to the last (jittered).
-const FIRST_WAIT: Duration = Duration::from_secs(2);
-const MAX_WAIT: Duration = Duration::from_secs(60);
-/// Waits between steady-state requests: shorter, so a server that comes back gets its slot
-/// back within half a minute.
-const FIRST_RELEASE_WAIT: Duration = Duration::from_secs(1);
-const MAX_RELEASE_WAIT: Duration = Duration::from_secs(30);
+/// A refusal only a change of configuration can turn into a yes is asked again this many
+/// intervals later: slowly, but not never (an admin may be adding the group right now).
+const MISCONFIGURED_INTERVALS: u32 = 6;
 
 /// The node a reboot is for.
 #[derive(Debug, Clone)]
@@ -51,7 +50,7 @@ pub struct Node {
     /// The running system's `/etc` (its machine ID gives the FleetLock id).
     pub etc: PathBuf,
     pub sysroot: PathBuf,
-    /// The running stateroot's `/var/lib/pivot` (the slot record, [`slot`]).
+    /// The running system's `/var/lib/pivot` (the slot record, [`slot`]).
     pub state_dir: PathBuf,
 }
 
@@ -86,59 +85,70 @@ async fn reboot_or_leave(
             Ok(())
         }
         Strategy::FleetLock(lock) => {
-            take_slot(lock, node).await?;
             let sysroot = node.sysroot.clone();
             let tries = config.boot_tries;
-            let unlocked = tokio::task::spawn_blocking(move || unlock(&sysroot, tries)).await??;
-            if let Some(unlocked) = unlocked.filter(|u| u.was_locked) {
-                tracing::info!("unlocked the staged deployment {}", unlocked.commit);
-            }
-            reboot::reboot(target, SLOT_GRANTED_REBOOT)
+            with_slot(lock, node, async move {
+                let unlocked =
+                    tokio::task::spawn_blocking(move || unlock(&sysroot, tries)).await??;
+                if let Some(unlocked) = unlocked.filter(|u| u.was_locked) {
+                    tracing::info!("unlocked the staged deployment {}", unlocked.commit);
+                }
+                reboot::reboot(target, SLOT_GRANTED_REBOOT)
+            })
+            .await
+        }
+    }
+}
+
+/// Takes a reboot slot, then runs `then` (the steps up to and including the reboot). A slot
+/// may only be held while the node is on its way to a reboot: when a step fails, no reboot
+/// follows, so the slot is given back at once ([`give_back`]) and the step's error returned.
+pub async fn with_slot<F>(lock: &FleetLock, node: &Node, then: F) -> Result<()>
+where
+    F: std::future::Future<Output = Result<()>>,
+{
+    take_slot(lock, node).await?;
+    match then.await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            give_back(&node.state_dir).await;
+            Err(e.context("after the FleetLock slot was granted (the slot is given back)"))
         }
     }
 }
 
 /// Takes a reboot slot: gives back one an earlier boot may hold (so that its late
-/// `steady-state` cannot undo this grant), records the one asked for, and asks until the
-/// server grants it or refuses for good.
+/// `steady-state` cannot undo this grant) and one this boot asked of another server, group or
+/// id, records the one asked for, and asks every `interval` (jittered, or later when the
+/// answer says `Retry-After`) until the server grants it.
 pub async fn take_slot(lock: &FleetLock, node: &Node) -> Result<()> {
     let id = machine_id::of_etc(&node.etc)?;
     let boot = slot::boot_id()?;
-    steady_state(&node.state_dir).await?;
+    steady_state(&node.state_dir, Some(&id)).await?;
     let mut slot = Slot::new(lock, &id, &boot);
+    release(&node.state_dir, Some(&id), |recorded| {
+        recorded.boot_id == boot && !recorded.same_slot(&slot)
+    })
+    .await?;
     let client = Client::new(lock, id)?;
-    let mut wait = FIRST_WAIT;
     loop {
         slot.may_hold = true;
         record(&node.state_dir, &slot).await?;
         let answer = client.pre_reboot().await;
-        if let Ok(refused @ Answer::Refused { .. }) = &answer {
-            // Refused: this node holds no slot there.
+        if let Some(refused) = answer.as_ref().ok().filter(|a| a.is_from_server()) {
+            // The server's own no: this node holds no slot there.
             slot.may_hold = false;
             record(&node.state_dir, &slot).await?;
             tracing::debug!("pre-reboot refused: {refused}");
         }
-        let why = match answer {
-            Ok(Answer::Granted) => break,
-            Ok(refused) if refused.is_final() => bail!(
-                "the FleetLock server {} refuses a reboot slot to {} (group {}): {refused}; asking again would not change that",
-                client.base_url,
-                client.id,
-                client.group
-            ),
-            Ok(refused) => format!("the server refuses: {refused}"),
-            Err(e) => format!("{e:#}"),
-        };
-        let delay = jittered(wait);
-        tracing::warn!(
-            "waiting for a reboot slot from the FleetLock server {} (id {}, group {}): {why}; asking again in {:.0} s",
-            client.base_url,
-            client.id,
-            client.group,
-            delay.as_secs_f64()
+        if let Ok(Answer::Granted) = answer {
+            break;
+        }
+        let what = format!(
+            "waiting for a reboot slot from the FleetLock server {} (id {}, group {})",
+            client.base_url, client.id, client.group
         );
-        tokio::time::sleep(delay).await;
-        wait = (wait * 2).min(MAX_WAIT);
+        wait_after(lock.interval, &answer, &what).await;
     }
     tracing::info!(
         "the FleetLock server {} granted a reboot slot to {} (group {})",
@@ -182,6 +192,11 @@ async fn record(state_dir: &Path, slot: &Slot) -> Result<()> {
     tokio::task::spawn_blocking(move || Records::lock(&dir)?.write(&slot)).await?
 }
 
+async fn lock_records(state_dir: &Path) -> Result<Records> {
+    let dir = state_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || Records::lock(&dir)).await?
+}
+
 /// What [`steady_state`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Released {
@@ -193,78 +208,226 @@ pub enum Released {
     GivenBack { base_url: String, id: String },
 }
 
-/// Gives back the slot an earlier boot recorded in `state_dir`, asking until the server says
-/// yes (jittered backoff, at most [`MAX_RELEASE_WAIT`] apart): a slot kept by mistake stalls
-/// the node's whole group. Fails only on a refusal that asking again cannot change (the
-/// record stays, for the next boot or the next start of the unit).
-pub async fn steady_state(state_dir: &Path) -> Result<Released> {
+/// Gives back the slot recorded in `state_dir` by an earlier boot (or by this one, when no
+/// reboot follows: [`Slot::give_back`]), asking every interval until the server says yes: a
+/// slot kept by mistake stalls the node's whole group. It needs nothing but the record (the
+/// configuration may have changed, or not load at all in a pivot of another version).
+/// `current_id` is the node's FleetLock id now, to say so when the machine ID changed since.
+pub async fn steady_state(state_dir: &Path, current_id: Option<&str>) -> Result<Released> {
     let boot = slot::boot_id()?;
-    let mut wait = FIRST_RELEASE_WAIT;
+    let records = lock_records(state_dir).await?;
+    match records.read()? {
+        None => return Ok(Released::Nothing),
+        Some(slot) if slot.boot_id == boot && !slot.give_back => return Ok(Released::ThisBoot),
+        Some(_) => {}
+    }
+    drop(records);
+    release(state_dir, current_id, |slot| slot.boot_id != boot || slot.give_back).await
+}
+
+/// Gives back the recorded slot while `which` says it is one to give back (the record is read
+/// again, under its lock, before every request).
+async fn release(
+    state_dir: &Path,
+    current_id: Option<&str>,
+    which: impl Fn(&Slot) -> bool,
+) -> Result<Released> {
+    let mut warned_id = false;
     loop {
-        let dir = state_dir.to_path_buf();
-        let records = tokio::task::spawn_blocking(move || Records::lock(&dir)).await??;
-        let Some(slot) = records.read()? else {
+        let records = lock_records(state_dir).await?;
+        let Some(slot) = records.read()?.filter(&which) else {
             return Ok(Released::Nothing);
         };
-        if slot.boot_id == boot {
-            return Ok(Released::ThisBoot);
-        }
         if !slot.may_hold {
-            // Every request of it was refused: there is nothing to give back.
+            // Every request of it was refused by the server: there is nothing to give back.
             records.remove()?;
             return Ok(Released::Nothing);
         }
-        let client = Client::new(&slot.lock(), slot.id.clone())?;
-        let why = match client.steady_state().await {
-            Ok(Answer::Granted) => {
-                records.remove()?;
-                tracing::info!(
-                    "reported steady state to the FleetLock server {} (id {}, group {}): the reboot slot is given back",
-                    client.base_url,
-                    client.id,
-                    client.group
-                );
-                return Ok(Released::GivenBack {
-                    base_url: client.base_url,
-                    id: client.id,
-                });
-            }
-            Ok(refused) if refused.is_final() => bail!(
-                "the FleetLock server {} refuses the steady state of {} (group {}): {refused}; the node may still hold a reboot slot",
-                client.base_url,
-                client.id,
-                client.group
-            ),
-            Ok(refused) => format!("the server refuses: {refused}"),
-            Err(e) => format!("{e:#}"),
-        };
+        if let Some(now) = current_id.filter(|now| *now != slot.id && !warned_id) {
+            warned_id = true;
+            tracing::error!(
+                "the machine ID changed since the FleetLock slot was taken: it was taken as {}, the node is {now} now; giving it back as {} (poseidon/fleetlock knows nodes by their current machine ID and refuses until an admin clears the lease: kubectl -n <namespace> patch lease fleetlock-{} --type=merge -p '{{\"spec\":{{\"holderIdentity\":null}}}}')",
+                slot.id,
+                slot.id,
+                slot.group
+            );
+        }
+        let client = slot.client()?;
+        let answer = client.steady_state().await;
+        if let Ok(Answer::Granted) = answer {
+            records.remove()?;
+            return Ok(steady(client, ": the reboot slot is given back"));
+        }
         drop(records);
-        let delay = jittered(wait);
-        tracing::warn!(
-            "reporting steady state to the FleetLock server {} (id {}): {why}; trying again in {:.0} s",
-            client.base_url,
+        let what = format!(
+            "giving the reboot slot of {} back to the FleetLock server {} (group {})",
             client.id,
-            delay.as_secs_f64()
+            client.steady_state_url(),
+            client.group
         );
-        tokio::time::sleep(delay).await;
-        wait = (wait * 2).min(MAX_RELEASE_WAIT);
+        wait_after(slot.lock().interval, &answer, &what).await;
+    }
+}
+
+/// The server said yes to `client`'s steady-state: logged, with `more` said of it.
+fn steady(client: Client, more: &str) -> Released {
+    tracing::info!(
+        "reported steady state to the FleetLock server {} (id {}, group {}){more}",
+        client.base_url,
+        client.id,
+        client.group
+    );
+    Released::GivenBack {
+        base_url: client.base_url,
+        id: client.id,
+    }
+}
+
+/// Reports the node steady to the configured server under its current id, as zincati does at
+/// every start (releasing a slot an earlier agent, or another client on this node, took),
+/// asking every interval until the server says yes. Not while this boot holds a slot for a
+/// reboot still to come: the report would undo its grant.
+pub async fn report_steady(lock: &FleetLock, node: &Node) -> Result<Released> {
+    let id = machine_id::of_etc(&node.etc)?;
+    let boot = slot::boot_id()?;
+    let client = Client::new(lock, id)?;
+    loop {
+        // Under the record's lock: a slot taken meanwhile waits for this request to end.
+        let records = lock_records(&node.state_dir).await?;
+        if records.read()?.is_some_and(|s| s.boot_id == boot && !s.give_back) {
+            return Ok(Released::ThisBoot);
+        }
+        let answer = client.steady_state().await;
+        if let Ok(Answer::Granted) = answer {
+            return Ok(steady(client, ""));
+        }
+        drop(records);
+        let what = format!(
+            "reporting steady state to the FleetLock server {} (id {}, group {})",
+            client.base_url, client.id, client.group
+        );
+        wait_after(lock.interval, &answer, &what).await;
+    }
+}
+
+/// A step after the grant failed and no reboot follows in this boot: the slot this boot took
+/// is marked to be given back now, and given back, one request here; if that is refused, the
+/// node's `pivot-steady-state.service` is started to keep asking (on a booted system; the
+/// record says what to give back, so any later `pivot steady-state` does it too).
+pub async fn give_back(state_dir: &Path) {
+    let marked = async {
+        let boot = slot::boot_id()?;
+        let records = lock_records(state_dir).await?;
+        match records.read()? {
+            Some(mut slot) if slot.boot_id == boot => {
+                slot.give_back = true;
+                records.write(&slot)?;
+                Ok::<_, anyhow::Error>(Some(slot))
+            }
+            _ => Ok(None),
+        }
+    }
+    .await;
+    let slot = match marked {
+        Ok(Some(slot)) => slot,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::error!("marking the FleetLock slot to be given back: {e:#}");
+            return;
+        }
+    };
+    let once = async {
+        let client = slot.client()?;
+        let records = lock_records(state_dir).await?;
+        match client.steady_state().await? {
+            Answer::Granted => {
+                records.remove()?;
+                Ok(true)
+            }
+            refused => {
+                tracing::warn!("giving the reboot slot back: {refused}");
+                Ok::<_, anyhow::Error>(false)
+            }
+        }
+    }
+    .await;
+    match once {
+        Ok(true) => tracing::info!(
+            "gave the reboot slot of {} back to the FleetLock server {}: no reboot follows",
+            slot.id,
+            slot.base_url
+        ),
+        Ok(false) | Err(_) => {
+            if let Err(e) = &once {
+                tracing::warn!("giving the reboot slot back: {e:#}");
+            }
+            if Path::new("/run/ostree-booted").exists() {
+                let started = std::process::Command::new("systemctl")
+                    .args(["start", "--no-block", "pivot-steady-state.service"])
+                    .status();
+                if !started.is_ok_and(|s| s.success()) {
+                    tracing::error!(
+                        "could not start pivot-steady-state.service: the reboot slot of {} is given back by the next `pivot steady-state`",
+                        slot.id
+                    );
+                }
+            } else {
+                tracing::error!(
+                    "the reboot slot of {} is not given back yet: `pivot steady-state` gives it back",
+                    slot.id
+                );
+            }
+        }
     }
 }
 
 /// Keeps the slot recorded in `state_dir` through this boot: the node reboots again for its
-/// update (a rollback), and gives the slot back only at the boot after.
-pub fn hold_through_this_boot(state_dir: &Path) -> Result<()> {
+/// update (a rollback), and gives the slot back only at the boot after. Returns whether a slot
+/// was recorded.
+pub fn hold_through_this_boot(state_dir: &Path) -> Result<bool> {
     let records = Records::lock(state_dir)?;
-    if let Some(mut slot) = records.read()? {
-        slot.boot_id = slot::boot_id()?;
-        records.write(&slot)?;
+    match records.read()? {
+        Some(mut slot) if slot.may_hold => {
+            slot.boot_id = slot::boot_id()?;
+            slot.give_back = false;
+            records.write(&slot)?;
+            Ok(true)
+        }
+        _ => Ok(false),
     }
-    Ok(())
 }
 
-/// `wait` spread over [wait/2, wait): nodes of a group retrying together drift apart.
-fn jittered(wait: Duration) -> Duration {
-    wait.mul_f64(0.5 + 0.5 * crate::fetch::retry::jitter())
+/// zincati's spread of a period (`add_jitter`): up to a tenth more, so nodes of a group
+/// asking together drift apart.
+fn jittered(interval: Duration) -> Duration {
+    interval.saturating_add(interval.mul_f64(0.1 * crate::fetch::retry::jitter()))
+}
+
+/// Waits after `answer`, a no or a failed request, saying why (`what` pivot is doing, and the
+/// answer): the interval, slower for a configuration to fix, and never less than the
+/// answer's `Retry-After`. A wait longer than a plain refusal's is logged as an error: the
+/// node's group may stall on it.
+async fn wait_after(interval: Duration, answer: &Result<Answer>, what: &str) {
+    let (delay, why) = match answer {
+        Ok(refused) => {
+            let base = match refused.is_misconfiguration() {
+                true => interval.saturating_mul(MISCONFIGURED_INTERVALS),
+                false => interval,
+            };
+            let delay = jittered(base).max(refused.retry_after().unwrap_or_default());
+            (delay, refused.to_string())
+        }
+        Err(e) => (jittered(interval), format!("{e:#}")),
+    };
+    let message = format!(
+        "{what}: {why}; asking again in {:.0} s",
+        delay.as_secs_f64()
+    );
+    match delay > interval.saturating_add(interval / 10) {
+        true => tracing::error!("{message}"),
+        false => tracing::warn!("{message}"),
+    }
+    tokio::time::sleep(delay).await;
 }
 
 #[cfg(test)]
@@ -308,10 +471,7 @@ mod tests {
 
     #[test]
     fn fleet_lock_needs_the_machine_id_before_it_asks_anyone() {
-        let lock = config::FleetLock {
-            base_url: "http://127.0.0.1:9".into(),
-            group: "default".into(),
-        };
+        let lock = config::FleetLock::new("http://127.0.0.1:9/", "default");
         let dir = tempfile::tempdir().unwrap();
         let err = run(&Strategy::FleetLock(lock), &dir.path().join("s")).unwrap_err();
         assert!(format!("{err:#}").contains("machine-id"), "{err:#}");

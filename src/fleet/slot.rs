@@ -6,6 +6,11 @@
 //! refused every request of it); one from this boot is a reboot still to come, which nothing
 //! releases.
 //!
+//! Fields are only ever added, each optional on reading, and unknown ones are kept out of
+//! the judgement: a record a newer pivot wrote must still be given back by an older one (a
+//! node rolled back), and one an older pivot wrote by a newer one (the pivot that took the
+//! slot is the bootimage's; the one that gives it back is the target's).
+//!
 //! Both sides take an exclusive `flock` on `fleet-lock.lock` beside it for each step: the
 //! releaser re-reads the record before every request, and a run asking for a new slot first
 //! gives back an earlier one and rewrites the record under the lock, so a `steady-state` can
@@ -15,11 +20,15 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 use nix::fcntl::{Flock, FlockArg};
+use reqwest::Url;
 use serde::{Deserialize, Serialize};
 
 use super::config::FleetLock;
+use super::fleet_lock::Client;
 
 pub const RECORD: &str = "fleet-lock.json";
 const LOCK: &str = "fleet-lock.lock";
@@ -28,7 +37,7 @@ const KIND: &str = "FleetLockSlot";
 
 /// A slot asked of a FleetLock server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Slot {
     pub api_version: String,
     pub kind: String,
@@ -37,10 +46,25 @@ pub struct Slot {
     pub id: String,
     /// The boot (`/proc/sys/kernel/random/boot_id`) that asked for it.
     pub boot_id: String,
-    /// Whether the server may have granted it: set before each request, cleared by a refusal
-    /// (a node the server refuses holds no slot there), so that a run killed at any moment
-    /// leaves it set whenever a grant may have happened. A slot never granted is not given back.
+    /// Whether the server may have granted it: set before each request, cleared by the
+    /// server's own refusal (a node the server refuses holds no slot there), so that a run
+    /// killed at any moment, or an answer lost on the way, leaves it set whenever a grant may
+    /// have happened. A slot never granted is not given back.
     pub may_hold: bool,
+    /// Where the slot is given back. Records of pivots before it have none: they asked at
+    /// `<base_url>/v1/...` ([`Slot::client`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_state_url: Option<String>,
+    /// Seconds between tries to give it back (`reboot.fleet_lock.interval` when it was asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<u64>,
+    /// Seconds one request may take (`reboot.fleet_lock.timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// No reboot follows in this boot (a step after the grant failed): the slot is given back
+    /// now, not after the next boot.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub give_back: bool,
 }
 
 impl Slot {
@@ -53,15 +77,48 @@ impl Slot {
             id: id.into(),
             boot_id: boot_id.into(),
             may_hold: true,
+            steady_state_url: super::fleet_lock::endpoint(&lock.base_url, "steady-state")
+                .ok()
+                .map(String::from),
+            interval: Some(lock.interval.as_secs()),
+            timeout: Some(lock.timeout.as_secs()),
+            give_back: false,
         }
     }
 
-    /// The server it was asked of.
+    /// The server it was asked of, with the cadence it was asked at.
     pub fn lock(&self) -> FleetLock {
-        FleetLock {
-            base_url: self.base_url.clone(),
-            group: self.group.clone(),
+        let mut lock = FleetLock::new(&self.base_url, &self.group);
+        if let Some(interval) = self.interval.filter(|&s| s > 0) {
+            lock.interval = Duration::from_secs(interval);
         }
+        if let Some(timeout) = self.timeout.filter(|&s| s > 0) {
+            lock.timeout = Duration::from_secs(timeout);
+        }
+        lock
+    }
+
+    /// A client that gives this slot back where it was asked for.
+    pub fn client(&self) -> Result<Client> {
+        let steady_state = match &self.steady_state_url {
+            Some(url) => Url::parse(url)
+                .with_context(|| format!("the recorded steady-state URL {url:?}"))?,
+            // pivot before endpoints were resolved as zincati resolves them.
+            None => Url::parse(&format!(
+                "{}/v1/steady-state",
+                self.base_url.trim_end_matches('/')
+            ))
+            .with_context(|| format!("the recorded base URL {:?}", self.base_url))?,
+        };
+        let pre_reboot = steady_state.join("pre-reboot")?;
+        Client::with_endpoints(&self.lock(), self.id.clone(), pre_reboot, steady_state)
+    }
+
+    /// Whether it names the same slot as `other`: server, group and id.
+    pub fn same_slot(&self, other: &Slot) -> bool {
+        (&self.steady_state_url, &self.group, &self.id)
+            == (&other.steady_state_url, &other.group, &other.id)
+            && self.base_url == other.base_url
     }
 }
 
@@ -157,10 +214,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let records = Records::lock(dir.path()).unwrap();
         assert_eq!(records.read().unwrap(), None);
-        let lock = FleetLock {
-            base_url: "http://127.0.0.1:9/fleetlock".into(),
-            group: "workers".into(),
-        };
+        let lock = FleetLock::new("http://127.0.0.1:9/fleetlock/", "workers");
         let slot = Slot::new(&lock, "id", "boot");
         records.write(&slot).unwrap();
         assert_eq!(records.read().unwrap(), Some(slot));
@@ -173,5 +227,33 @@ mod tests {
         records.remove().unwrap();
         records.remove().unwrap();
         assert_eq!(records.read().unwrap(), None);
+    }
+
+    #[test]
+    fn records_of_other_pivots_are_given_back_where_they_were_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = Records::lock(dir.path()).unwrap();
+        // An earlier pivot's record: no endpoint, a base URL without its trailing slash, to
+        // which it appended /v1/.
+        std::fs::write(
+            dir.path().join(RECORD),
+            r#"{"apiVersion":"pivot.openshift.io/v1","kind":"FleetLockSlot","baseUrl":"http://127.0.0.1:9/fleetlock","group":"g","id":"i","bootId":"b","mayHold":true}"#,
+        )
+        .unwrap();
+        let old = records.read().unwrap().unwrap();
+        assert_eq!(
+            old.client().unwrap().steady_state_url().as_str(),
+            "http://127.0.0.1:9/fleetlock/v1/steady-state"
+        );
+        assert_eq!(old.lock().interval, super::super::config::DEFAULT_INTERVAL);
+        // A newer pivot's record, with a field this one does not know: still read.
+        std::fs::write(
+            dir.path().join(RECORD),
+            r#"{"apiVersion":"pivot.openshift.io/v1","kind":"FleetLockSlot","baseUrl":"http://h/fl","group":"g","id":"i","bootId":"b","mayHold":true,"steadyStateUrl":"http://h/v1/steady-state","interval":7,"somethingNew":[1]}"#,
+        )
+        .unwrap();
+        let new = records.read().unwrap().unwrap();
+        assert_eq!(new.client().unwrap().steady_state_url().as_str(), "http://h/v1/steady-state");
+        assert_eq!(new.lock().interval.as_secs(), 7);
     }
 }

@@ -29,7 +29,7 @@ use crate::node::events::{self, Reported, Target};
 use crate::fetch::image::OsImage;
 use job::{deployment_ids, Job};
 use local::Local;
-pub use node::fleet_node;
+pub use node::{fleet_node, fleet_node_and_config};
 use node::{node_of, spread_first_request};
 use crate::sysroot::kargs::{self, Edit};
 pub use crate::api::outcome::Outcome;

@@ -10,8 +10,17 @@ use crate::node::state::StateFile;
 
 /// The node on `sysroot` as its fleet sees it, and its configuration (`/etc/pivot/config.d`).
 pub fn fleet_node(sysroot: &Path) -> Result<(crate::fleet::Node, crate::fleet::config::Config)> {
+    let (node, config) = fleet_node_and_config(sysroot)?;
+    Ok((node, config?))
+}
+
+/// The node on `sysroot`, and its configuration or why it does not load: giving a FleetLock
+/// slot back needs only the node's slot record, never the configuration.
+pub fn fleet_node_and_config(
+    sysroot: &Path,
+) -> Result<(crate::fleet::Node, Result<crate::fleet::config::Config>)> {
     let local = Local::inspect(sysroot, None)?;
-    let config = crate::fleet::config::Config::load(&local.etc)?;
+    let config = crate::fleet::config::Config::load(&local.etc);
     Ok((node_of(sysroot, &local), config))
 }
 

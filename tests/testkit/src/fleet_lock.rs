@@ -14,6 +14,14 @@
 //!   machine ID gives zincati's app-specific id, and ignores a failed match; steady-state by the
 //!   holder uncordons that node first, and when no node matches answers
 //!   `500 internal_error "error uncordoning node"` keeping the lease; success bodies are text.
+//!   The drain runs inside the pre-reboot request (`internal/server.go` `lock`: the reply is
+//!   written, then `DrainNode` runs before the handler returns, with no timeout, so the client
+//!   sees the answer only once the node is drained): [`FleetLockServer::set_drain_time`].
+//!
+//! Both serve `/v1/pre-reboot` and `/v1/steady-state` at the root of their listener
+//! (poseidon's `internal/server.go` ServeMux, airlock's `internal/cli/serve.go`); anything else
+//! is Go's `404 page not found`. Neither sends `Retry-After`; a gateway in front of one may
+//! ([`FleetLockServer::gateway`]).
 
 use crate::http1::{read_head, response};
 use crate::serve::Server;
@@ -24,8 +32,16 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The path the server's endpoints live under, so clients must keep a base URL's path.
-pub const BASE_PATH: &str = "/fleetlock";
+/// What a gateway in front of the server does to the next requests ([`FleetLockServer::gateway`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gateway {
+    /// Passes the request to the server, which acts on it, but answers `502 Bad Gateway` with
+    /// its own HTML page: the server's answer (a grant, say) is lost on the way.
+    LoseAnswer,
+    /// Answers `429 Too Many Requests` with `Retry-After: <seconds>` itself, without passing the
+    /// request on.
+    RateLimit { retry_after: u64 },
+}
 
 /// Which real server this one answers as.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +78,10 @@ struct State {
     holders: BTreeMap<String, Vec<String>>,
     nodes: Vec<Node>,
     requests: Vec<LockRequest>,
+    /// How long poseidon's drain takes before the pre-reboot answer leaves.
+    drain_time: Duration,
+    /// What the gateway does to the next requests, in order.
+    gateway: std::collections::VecDeque<Gateway>,
 }
 
 pub struct FleetLockServer {
@@ -95,6 +115,8 @@ impl FleetLockServer {
             holders: BTreeMap::new(),
             nodes: Vec::new(),
             requests: Vec::new(),
+            drain_time: Duration::ZERO,
+            gateway: Default::default(),
         }));
         let shared = state.clone();
         let server = Server::spawn("pivot-fleetlock", move |stream| {
@@ -112,9 +134,33 @@ impl FleetLockServer {
         self.server.addr().port()
     }
 
-    /// The base URL clients are configured with.
+    /// The base URL clients are configured with: the root, where both real servers serve
+    /// `/v1/...`, written as zincati's docs write base URLs (with the trailing `/`).
     pub fn base_url(&self) -> String {
-        format!("http://{}{BASE_PATH}", self.server.addr())
+        format!("http://{}/", self.server.addr())
+    }
+
+    /// poseidon's drain of a node takes `time` from now on: its pre-reboot answer leaves only
+    /// then (the drain runs inside the request).
+    pub fn set_drain_time(&self, time: Duration) {
+        self.state.lock().unwrap().drain_time = time;
+    }
+
+    /// The next requests meet the gateway's `faults`, one each, in order.
+    pub fn gateway(&self, faults: &[Gateway]) {
+        self.state
+            .lock()
+            .unwrap()
+            .gateway
+            .extend(faults.iter().cloned());
+    }
+
+    /// airlock's configuration gains a group of `slots` (an admin fixing it; airlock reads its
+    /// configuration at start, so this is a restart with the new configuration).
+    pub fn add_group(&self, group: &str, slots: usize) {
+        if let Flavour::Airlock { groups } = &mut self.state.lock().unwrap().flavour {
+            groups.insert(group.to_string(), slots);
+        }
     }
 
     /// The server goes away for `duration` (connections refused), then comes back with its
@@ -223,13 +269,63 @@ async fn handle(mut stream: TcpStream, state: &Mutex<State>) -> Result<()> {
         }
         body.extend_from_slice(&chunk[..n]);
     }
+    let fault = state.lock().unwrap().gateway.pop_front();
+    if let Some(Gateway::RateLimit { retry_after }) = fault {
+        let retry_after = retry_after.to_string();
+        let headers = [
+            ("Content-Type", "text/html"),
+            ("Retry-After", retry_after.as_str()),
+        ];
+        let mut request = judged_request(&head, &body, 429);
+        request.operation = format!("gateway:{}", request.operation);
+        state.lock().unwrap().requests.push(request);
+        let page = b"<html><body><h1>429 Too Many Requests</h1></body></html>\n";
+        stream
+            .write_all(&response(429, &headers, page, true))
+            .await?;
+        return Ok(());
+    }
     let (status, reply, content_type, request) = judge(&head, &body, state);
+    let drained = request.operation == "pre-reboot" && status == 200;
     state.lock().unwrap().requests.push(request);
+    let drain_time = state.lock().unwrap().drain_time;
+    if drained && matches!(state.lock().unwrap().flavour, Flavour::Poseidon) {
+        tokio::time::sleep(drain_time).await;
+    }
+    if let Some(Gateway::LoseAnswer) = fault {
+        let page = b"<html><body><h1>502 Bad Gateway</h1></body></html>\n";
+        let headers = [("Content-Type", "text/html")];
+        stream
+            .write_all(&response(502, &headers, page, true))
+            .await?;
+        return Ok(());
+    }
     let headers = [("Content-Type", content_type)];
     stream
         .write_all(&response(status, &headers, &reply, true))
         .await?;
     Ok(())
+}
+
+fn judged_request(head: &crate::http1::Head, body: &[u8], status: u16) -> LockRequest {
+    let (id, group) = params(body).unwrap_or_default();
+    LockRequest {
+        operation: operation(head),
+        id,
+        group,
+        status,
+        at: Instant::now(),
+    }
+}
+
+/// `pre-reboot` or `steady-state` for the two endpoints at the root, else the path.
+fn operation(head: &crate::http1::Head) -> String {
+    let path = head.target().split('?').next().unwrap_or_default();
+    match path {
+        "/v1/pre-reboot" => "pre-reboot".into(),
+        "/v1/steady-state" => "steady-state".into(),
+        other => other.to_string(),
+    }
 }
 
 /// The decoded `client_params` (Go's decoder: unknown fields ignored, missing ones empty).
@@ -248,12 +344,7 @@ fn params(body: &[u8]) -> Option<(String, String)> {
 type Judged = (u16, Vec<u8>, &'static str, LockRequest);
 
 fn judge(head: &crate::http1::Head, body: &[u8], state: &Mutex<State>) -> Judged {
-    let path = head.target().split('?').next().unwrap_or_default();
-    let operation = path
-        .strip_prefix(BASE_PATH)
-        .and_then(|p| p.strip_prefix("/v1/"))
-        .unwrap_or(path)
-        .to_string();
+    let operation = operation(head);
     let params = params(body);
     let (id, group) = params.clone().unwrap_or_default();
     let mut state = state.lock().unwrap();

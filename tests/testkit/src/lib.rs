@@ -37,8 +37,8 @@ pub use cosign::{attach_annotated, attach_signatures, cosign_payload, ec_key_pai
 pub use ext_fixtures::{encapsulate, ext_fixtures_tool, ext_judge, skopeo_push};
 pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
 pub use fleet_lock::{
-    zincati_id, Flavour as FleetLockFlavour, FleetLockServer, LockRequest, Node as ClusterNode,
-    BASE_PATH as FLEET_LOCK_BASE_PATH,
+    zincati_id, Flavour as FleetLockFlavour, FleetLockServer, Gateway as FleetLockGateway,
+    LockRequest, Node as ClusterNode,
 };
 pub use oscontainer::{
     push_oscontainer, CommitLabel, Compression, ImageSpec, ManifestFormat, PushedImage,
