@@ -259,7 +259,7 @@ fn the_rpm_spec_lints_clean_builds_a_source_rpm_and_owns_every_installed_file() 
 }
 
 #[test]
-fn the_grub_counter_is_one_snippet_and_yields_to_greenboots() {
+fn the_grub_counter_is_one_snippet_and_yields_to_fedoras() {
     let script = format!("{REPO}/packaging/grub/08_pivot_fallback_counting");
     let snippet =
         std::fs::read_to_string(format!("{REPO}/packaging/grub/pivot-fallback-counting.cfg"))
@@ -276,7 +276,8 @@ fn the_grub_counter_is_one_snippet_and_yields_to_greenboots() {
         .lines()
         .any(|l| !l.trim_start().starts_with('#') && l.contains("increment")));
 
-    // Beside Fedora's (greenboot's) counter, pivot's writes nothing that counts.
+    // Beside Fedora's GRUB's own counter (08_fallback_counting), pivot's writes nothing that
+    // counts.
     let grub_d = dir.path().join("grub.d");
     std::fs::create_dir(&grub_d).unwrap();
     std::fs::copy(&script, grub_d.join("08_pivot_fallback_counting")).unwrap();
@@ -289,7 +290,7 @@ fn the_grub_counter_is_one_snippet_and_yields_to_greenboots() {
         beside.starts_with("# boot counting: ") && !beside.contains("boot_counter="),
         "{beside}"
     );
-    // A greenboot script that is not executable is not run by grub-mkconfig: pivot's counts.
+    // A Fedora script that is not executable is not run by grub-mkconfig: pivot's counts.
     std::fs::set_permissions(&fedora, std::fs::Permissions::from_mode(0o644)).unwrap();
     let alone = run(Command::new("sh").arg(grub_d.join("08_pivot_fallback_counting")));
     assert_eq!(alone, snippet);
