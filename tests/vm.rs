@@ -278,7 +278,9 @@ fn assert_bootloader(disk: &SavedDisk, firmware: Firmware, commits: &[&str]) -> 
             );
             let env = vm::firmware::Grubenv::parse(&disk.read("boot/grub/grubenv")?)?;
             ensure!(
-                env.get("boot_success") == Some("1") && env.get("boot_counter").is_none(),
+                env.get("boot_success") == Some("1")
+                    && env.get("boot_counter").is_none()
+                    && env.get("pivot_boot_once").is_none(),
                 "GRUB's boot-once attempt is not settled: {env:?}"
             );
             ensure!(
@@ -657,10 +659,14 @@ fn admin_pivot_to_v2(s: &Scenario, start: Start) -> Result<(SavedDisk, Registry)
         "staging rewrote the bootloader config before the reboot"
     );
     if firmware == Firmware::Uefi {
-        // Staging armed GRUB's fallback: three boots (greenboot's default) to reach confirm.
+        // Staging armed GRUB's fallback: three boots (greenboot's default) to reach confirm,
+        // marked as pivot's for v2.
         let env = m.sh("cat /boot/grub/grubenv")?;
         ensure!(
-            env.contains("boot_success=0\nboot_counter=3\n"),
+            env.contains(&format!(
+                "boot_success=0\nboot_counter=3\npivot_boot_once={}\n",
+                v2.commit
+            )),
             "staging did not arm boot-once: {env}"
         );
     }

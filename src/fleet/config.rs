@@ -39,8 +39,8 @@ const CONFIG_D: &str = "config.d";
 /// Boots GRUB gives a new deployment that never reaches `pivot confirm` before it falls back
 /// ([`crate::sysroot::grubenv`]): greenboot's default (`GREENBOOT_MAX_BOOT_ATTEMPTS`).
 pub const DEFAULT_BOOT_TRIES: u8 = 3;
-/// The most `[boot] tries` can be: the shipped GRUB counter counts down without GRUB's
-/// `increment` module, one `elif` a value (packaging/grub).
+/// The most `[boot] tries` can be: a bound for a mistyped setting (the shipped GRUB counter
+/// counts down any value, packaging/grub).
 pub const MAX_BOOT_TRIES: u8 = 9;
 /// The FleetLock group of a node that names none, as zincati's.
 pub const DEFAULT_GROUP: &str = "default";

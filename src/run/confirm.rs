@@ -7,9 +7,13 @@
 //!   per target: a target pivot already left once stays, failed, when it fails again.
 //! - At the boot after that, the node runs the previous deployment: the attempt is recorded
 //!   `rolled-back`.
-//! - On GRUB ([`crate::sysroot::grubenv`]), a boot-once attempt is settled: after a good boot
-//!   the new entry stays; after GRUB fell back from a target that never came up, the previous
-//!   deployment is made the default for good and the attempt is recorded `rolled-back` too.
+//! - On GRUB ([`crate::sysroot::grubenv`]), a boot-once attempt pivot armed is settled: after
+//!   a good boot the new entry stays; after GRUB fell back from a target that never came up,
+//!   the previous deployment is made the default for good and the attempt is recorded
+//!   `rolled-back` too. A counter pivot did not arm (greenboot's) is left as it is, `-1`
+//!   included: greenboot settles it after its own health checks and rolls back from `-1`
+//!   itself (`pivot-confirm.service` runs after its fallback check), so pivot neither switches
+//!   greenboot's rollback off nor undoes it with a second one.
 //!
 //! The node reboots for a rollback whatever the fleet's reboot strategy: the target is unfit to
 //! run, and the node is still down for its update (with `fleet_lock` it still holds its slot,
@@ -93,11 +97,15 @@ pub fn confirm(sysroot: &Path, health_timeout: Duration) -> Result<Done> {
     }
 }
 
-/// A boot-once attempt ends whichever way it went; a failure to write the block is logged, as
-/// the verdict stands either way.
+/// A boot-once attempt pivot armed ends whichever way it went; a failure to write the block is
+/// logged, as the verdict stands either way.
 fn settle(sysroot: &Path) {
-    if let Err(e) = grubenv::settle(sysroot) {
-        tracing::warn!("settling GRUB's boot-once attempt: {e:#}");
+    match grubenv::settle(sysroot) {
+        Ok(BootOnce::Foreign) => tracing::info!(
+            "GRUB's boot counter was armed by another tool (greenboot): left for it to settle"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("settling GRUB's boot-once attempt: {e:#}"),
     }
 }
 

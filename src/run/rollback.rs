@@ -24,7 +24,8 @@ pub struct Report {
 pub fn run(sysroot_path: &Path) -> Result<Report> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
     let done = rollback::rollback(&sysroot)?;
-    // A boot-once attempt at the update left behind must not send the next boot anywhere.
+    // A boot-once attempt pivot armed at the update left behind must not send the next boot
+    // anywhere; a counter someone else armed (greenboot) stays theirs.
     if let Err(e) = crate::sysroot::grubenv::settle(sysroot_path) {
         tracing::warn!("settling GRUB's boot-once attempt: {e:#}");
     }

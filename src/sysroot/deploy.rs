@@ -16,6 +16,7 @@ use crate::api::status::Verification;
 use crate::trust::Verified;
 use crate::fetch::image::Format;
 use crate::sysroot::kargs::{self, Edit};
+use crate::sysroot::grubenv::Armed;
 use crate::sysroot::kargs_d;
 use crate::fetch::reference::ImageRef;
 
@@ -263,7 +264,7 @@ pub fn deploy(
         // A locked deployment cannot boot before its unlock, which arms it then
         // ([`crate::sysroot::finalize`]).
         if !lock {
-            arm_boot_once(sysroot, boot_tries);
+            arm_boot_once(sysroot, boot_tries, commit);
         }
         staged
     } else {
@@ -297,20 +298,29 @@ pub fn deploy(
     })
 }
 
-/// On GRUB, the staged deployment boots at most `tries` times until `pivot confirm` keeps it
-/// ([`crate::sysroot::grubenv`]). The deployment is staged either way: a block that cannot be
-/// written costs the fallback, not the update.
-pub(crate) fn arm_boot_once(sysroot: &ostree::Sysroot, tries: u8) {
+/// On GRUB, the staged deployment (`commit`) boots at most `tries` times until `pivot confirm`
+/// keeps it ([`crate::sysroot::grubenv`]), unless greenboot arms it itself. The deployment is
+/// staged either way: a block that cannot be written costs the fallback, not the update.
+pub(crate) fn arm_boot_once(sysroot: &ostree::Sysroot, tries: u8, commit: &str) {
     let Some(root) = ostree::gio::prelude::FileExt::path(&sysroot.path()) else {
         return;
     };
-    match crate::sysroot::grubenv::arm(&root, tries) {
-        Ok(Some(block)) => tracing::info!(
+    // greenboot's units run from the booted system (at its shutdown), so that is the one to ask.
+    let Some(booted) = sysroot.booted_deployment() else {
+        return;
+    };
+    let system = root.join(sysroot.deployment_dirpath(&booted).as_str());
+    match crate::sysroot::grubenv::arm(&root, &system, tries, commit) {
+        Ok(Armed::Block(block)) => tracing::info!(
             "GRUB boots the new deployment at most {tries} time{} until pivot confirm keeps it ({})",
             if tries == 1 { "" } else { "s" },
             block.display()
         ),
-        Ok(None) => {}
+        Ok(Armed::Greenboot(unit)) => tracing::info!(
+            "greenboot arms GRUB's boot counter for the new deployment ({}): pivot leaves it to it",
+            unit.display()
+        ),
+        Ok(Armed::NoBlock) => {}
         Err(e) => tracing::warn!("arming GRUB's boot-once fallback: {e:#}"),
     }
 }

@@ -30,7 +30,7 @@ pub fn unlock_staged(sysroot_path: &Path, boot_tries: u8) -> Result<Option<Unloc
         Err(e) => return Err(e).with_context(|| format!("removing {STAGED_LOCKED}")),
     };
     if was_locked {
-        crate::sysroot::deploy::arm_boot_once(&sysroot, boot_tries);
+        crate::sysroot::deploy::arm_boot_once(&sysroot, boot_tries, staged.csum().as_str());
     }
     Ok(Some(Unlocked {
         commit: staged.csum().to_string(),

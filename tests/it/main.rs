@@ -13,6 +13,7 @@ mod crash;
 mod diff;
 mod download_only;
 mod fleet;
+mod greenboot;
 mod handover;
 mod health;
 mod hostile;
