@@ -48,6 +48,7 @@ impl RetryPolicy {
         if let Some(asked) = asked {
             delay = delay.max(asked.saturating_add(asked.mul_f64(0.1 * jitter())));
         }
+        // Saturating: an absurd `Retry-After` (years, u64::MAX seconds) is a wait no budget covers.
         (progress.elapsed().saturating_add(delay) < self.budget).then_some(delay)
     }
 
@@ -271,6 +272,17 @@ mod tests {
         assert_eq!(retry_after(&limited), Some(Duration::from_secs(300)));
         let why = gave_up(&limited, 1, retry_after(&limited), &policy);
         assert!(why.contains("asks to wait 300 s"), "{why}");
+    }
+
+    #[test]
+    fn an_absurd_retry_after_ends_the_retries_without_overflowing() {
+        let policy = RetryPolicy::new(Duration::from_secs(120));
+        let long_ago = Instant::now() - Duration::from_secs(60);
+        for asked in [Duration::from_secs(u64::MAX), Duration::MAX] {
+            for progress in [Instant::now(), long_ago] {
+                assert!(policy.next_delay(40, progress, Some(asked)).is_none());
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,10 @@ pub fn parse(value: &str, now: SystemTime) -> Option<Duration> {
         // Absurdly long waits saturate; the retry budget decides what to do with them.
         return Some(Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
     }
-    let at = UNIX_EPOCH + Duration::from_secs(http_date(value)?);
+    // A moment this system's clock cannot name is as far off as a wait can be.
+    let Some(at) = UNIX_EPOCH.checked_add(Duration::from_secs(http_date(value)?)) else {
+        return Some(Duration::MAX);
+    };
     Some(at.duration_since(now).unwrap_or_default())
 }
 
@@ -42,7 +45,14 @@ fn http_date(value: &str) -> Option<u64> {
     let month = MONTHS.iter().position(|m| *m == month)? as u64 + 1;
     let mut hms = time.split(':').map(|f| f.parse::<u64>().ok());
     let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if hms.next().is_some() || !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 || year < 1970
+    // Years have four digits (two in RFC 850's format): a longer one is no date, and would
+    // overflow the day count.
+    if hms.next().is_some()
+        || !(1..=31).contains(&day)
+        || h > 23
+        || m > 59
+        || s > 60
+        || !(1970..=9999).contains(&year)
     {
         return None;
     }
@@ -113,6 +123,8 @@ mod tests {
             "Sun, 32 Nov 1994 08:49:37 GMT",
             "Sun, 06 Foo 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 24:00:00 GMT",
+            "Sun, 06 Nov 99999999999999 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 18446744073709551615",
         ] {
             assert_eq!(parse(value, at(0)), None, "{value:?}");
         }

@@ -1,13 +1,15 @@
 //! A pool of nodes pulling at once from a registry that rate-limits, as a pool booting together
-//! meets it: `429 Too Many Requests` with `Retry-After`, and `503` now and then. Every node lands
-//! its target, and none asks again sooner than it was told to.
+//! meets it: `429 Too Many Requests` with `Retry-After`, and `503` now and then, on any request
+//! (the `/v2/` ping and the token service included). Every node lands its target, and none asks
+//! again sooner than it was told to.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::common::*;
 use pivot_testkit::{
-    write_auth_json, Fault, FaultKind, FaultProxy, ImageSpec, PushedImage, Registry, TokenServer,
+    push_oscontainer, write_auth_json, Fault, FaultKind, FaultProxy, ImageSpec, ProxiedRequest,
+    PushedImage, Registry, TokenServer,
 };
 
 #[test]
@@ -59,12 +61,17 @@ fn eight_pivots_at_once_wait_out_a_rate_limiting_registry() {
     }
     assert_eq!(proxy.pending_faults(), 0, "not every fault was met");
 
-    // No request for a path came sooner than the 429 before it allowed.
-    let log = proxy.requests();
+    assert_eq!(waited_out(&proxy.requests()), 14);
+}
+
+/// Checks that no request for a path came sooner than the refusal before it allowed (its
+/// `Retry-After`); returns how many refusals said when to come back. Each path must be one
+/// node's for the check to mean anything.
+fn waited_out(log: &[ProxiedRequest]) -> usize {
     let mut told = 0;
     for (i, refused) in log.iter().enumerate() {
         let Some(FaultKind::Status {
-            code: 429,
+            code,
             retry_after: Some(seconds),
         }) = &refused.fault
         else {
@@ -78,11 +85,97 @@ fn eight_pivots_at_once_wait_out_a_rate_limiting_registry() {
         let waited = next.at.duration_since(refused.at);
         assert!(
             waited >= Duration::from_secs(*seconds),
-            "{} asked again after {waited:?}, told Retry-After: {seconds}",
+            "{} asked again after {waited:?}, told {code} with Retry-After: {seconds}",
             refused.path
         );
     }
-    assert_eq!(told, 14);
+    told
+}
+
+/// The registry's `/v2/` ping and its token service rate-limit too. Every node pings twice
+/// before its first manifest (pivot, to tell TLS from plain HTTP, as the registry is insecure;
+/// then oci-client, to read the token challenge) and asks the token service once: each of
+/// these is refused once with `Retry-After`, and none is sent again sooner.
+#[test]
+fn eight_pivots_at_once_wait_out_a_rate_limited_ping_and_token_service() {
+    let tokens = TokenServer::builder()
+        .user("node", "secret")
+        .start()
+        .unwrap();
+    let token_proxy = FaultProxy::start(&tokens.host()).unwrap();
+    let registry = Registry::builder()
+        .token_auth_through(&tokens, &token_proxy.host())
+        .start()
+        .unwrap();
+    let env = Env::with_registry(registry);
+    // One repository per node: the token requests then differ by their scope, and what the
+    // token service told a node is checked against that node's own next request.
+    let spec = ImageSpec::new(fixture("os-v2"), "2");
+    let images: Vec<PushedImage> = (0..8)
+        .map(|n| push_oscontainer(&env.registry, &format!("pivot/node-{n}"), "v2", &spec).unwrap())
+        .collect();
+    // The ping's path is every node's: each node reaches the registry through a proxy of its
+    // own, so that what the registry told a node is checked against that node's next ping.
+    let proxies: Vec<FaultProxy> = (0..8)
+        .map(|_| FaultProxy::start(&env.registry.host()).unwrap())
+        .collect();
+    for (n, proxy) in proxies.iter().enumerate() {
+        // pivot's ping is refused, then answered; oci-client's is refused, then answered.
+        proxy.add_fault(Fault::too_many_requests("/v2/", Some(2)).exact());
+        proxy.add_fault(Fault::pass("/v2/").exact());
+        proxy.add_fault(
+            Fault::new(
+                "/v2/",
+                FaultKind::Status {
+                    code: 503,
+                    retry_after: Some(2),
+                },
+            )
+            .exact(),
+        );
+        token_proxy.add_fault(Fault::too_many_requests(&format!("node-{n}"), Some(2)));
+    }
+
+    let nodes: Vec<Env> = proxies
+        .iter()
+        .map(|proxy| {
+            let mut node = Env::new();
+            insecure_via(&mut node, proxy);
+            let auth = node.dir().join("auth.json");
+            write_auth_json(&auth, &[(&proxy.host(), "node", "secret")]).unwrap();
+            node
+        })
+        .collect();
+    let children: Vec<_> = nodes
+        .iter()
+        .zip(&proxies)
+        .enumerate()
+        .map(|(n, (node, proxy))| {
+            let pullspec = format!("{}/pivot/node-{n}:v2", proxy.host());
+            let auth = node.dir().join("auth.json");
+            let auth = auth.to_str().unwrap();
+            node.spawn_pivot(&["--retry-timeout", "60", "--authfile", auth, &pullspec])
+        })
+        .collect();
+    for ((n, child), node) in children.into_iter().enumerate().zip(&nodes) {
+        let out = child.wait_with_output().unwrap();
+        assert_success(&out);
+        assert_eq!(node.deployed_images()[0], images[n].commit, "node {n}");
+    }
+    for (n, proxy) in proxies.iter().enumerate() {
+        assert_eq!(
+            proxy.pending_faults(),
+            0,
+            "node {n}: not every fault was met"
+        );
+        assert_eq!(waited_out(&proxy.requests()), 2, "node {n}");
+    }
+    assert_eq!(
+        token_proxy.pending_faults(),
+        0,
+        "not every token fault was met"
+    );
+    assert_eq!(waited_out(&token_proxy.requests()), 8);
 }
 
 /// The token service rate-limits too: its 429 is a wait, not a refusal of the credentials.
@@ -164,4 +257,46 @@ fn a_pool_booting_together_reaches_the_registry_spread_out() {
         "the pool reached the registry within {:?}",
         latest.duration_since(*earliest)
     );
+}
+
+/// A pull token that expires mid-pull is renewed by oci-client before its next blob request (it
+/// knows the token's `exp`), pinging `/v2/` first: a 429 there is waited out as well, not
+/// answered by sending the blob request without a token, which the registry refuses and which
+/// has pivot ask for a token, ping included, at once.
+#[test]
+fn a_rate_limited_ping_renewing_an_expired_token_is_waited_out() {
+    let tokens = TokenServer::builder()
+        .user("node", "secret")
+        .lifetime(Duration::from_secs(2))
+        .start()
+        .unwrap();
+    let registry = Registry::builder().token_auth(&tokens).start().unwrap();
+    let mut env = Env::with_registry(registry);
+    let v2 = env.push_v2();
+    let proxy = FaultProxy::start(&env.registry.host()).unwrap();
+    let auth = env.dir().join("auth.json");
+    write_auth_json(&auth, &[(&proxy.host(), "node", "secret")]).unwrap();
+    insecure_via(&mut env, &proxy);
+    // The config takes 5 s to arrive: the token has expired when the layer is asked for.
+    let config = std::fs::metadata(env.registry.blob_data_path(&v2.config_digest))
+        .unwrap()
+        .len();
+    let config_path = format!("/blobs/{}", v2.config_digest);
+    proxy.add_fault(Fault::throttle(&config_path, (config / 5).max(1)));
+    // pivot's ping and oci-client's are answered; the next one, renewing the token, is refused.
+    proxy.add_fault(Fault::pass("/v2/").exact().times(2));
+    proxy.add_fault(Fault::too_many_requests("/v2/", Some(2)).exact());
+
+    let pullspec = format!("{}/pivot/os:v2", proxy.host());
+    let out = env.pivot(&[
+        "--retry-timeout",
+        "60",
+        "--authfile",
+        auth.to_str().unwrap(),
+        &pullspec,
+    ]);
+    assert_success(&out);
+    assert_eq!(env.deployed_images()[0], v2.commit);
+    assert_eq!(proxy.pending_faults(), 0, "not every fault was met");
+    assert_eq!(waited_out(&proxy.requests()), 1);
 }

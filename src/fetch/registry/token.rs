@@ -23,7 +23,9 @@ impl Registry {
     /// keeps it for its blob requests too). A refused request means trying without, as
     /// oci-client does: the registry's answer is then what gets reported. A token service that
     /// is down or rate-limits (5xx, 408, 429, no connection) is an error to retry, as the
-    /// registry itself would be: trying without a token would only be refused.
+    /// registry itself would be: trying without a token would only be refused. So is the
+    /// registry's `/v2/` ping that oci-client sends first to read the challenge: answered 429
+    /// or 503, it is asked again no sooner than its `Retry-After`.
     pub(super) async fn new_token(
         &self,
         reference: &Reference,

@@ -40,10 +40,14 @@ pub enum FaultKind {
 }
 
 /// A fault for the first `times` requests whose target (path and query)
-/// contains `path_contains` and, if set, whose method is `method`.
+/// contains `path_contains` (is it, with [`Fault::exact`]) and, if set, whose
+/// method is `method`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fault {
     pub path_contains: String,
+    /// The target must be `path_contains` itself, not merely contain it: `/v2/`, the ping,
+    /// is part of every registry path.
+    pub exact: bool,
     pub method: Option<String>,
     pub times: u32,
     pub kind: FaultKind,
@@ -53,6 +57,7 @@ impl Fault {
     pub fn new(path_contains: &str, kind: FaultKind) -> Fault {
         Fault {
             path_contains: path_contains.into(),
+            exact: false,
             method: None,
             times: 1,
             kind,
@@ -158,6 +163,18 @@ impl Fault {
         self.times(u32::MAX)
     }
 
+    /// Only requests whose whole target is the path given (e.g. `/v2/`, the ping).
+    pub fn exact(mut self) -> Fault {
+        self.exact = true;
+        self
+    }
+
+    /// Proxies the matching requests untouched: with [`Fault::times`], lets that many through
+    /// before the faults added after it apply.
+    pub fn pass(path_contains: &str) -> Fault {
+        Fault::new(path_contains, FaultKind::Delay(Duration::ZERO))
+    }
+
     /// Only requests with this method (e.g. "GET", so HEADs pass untouched).
     pub fn method(mut self, method: &str) -> Fault {
         self.method = Some(method.to_ascii_uppercase());
@@ -166,7 +183,10 @@ impl Fault {
 
     pub(crate) fn matches(&self, method: &str, target: &str) -> bool {
         self.times > 0
-            && target.contains(&self.path_contains)
+            && match self.exact {
+                true => target == self.path_contains,
+                false => target.contains(&self.path_contains),
+            }
             && self
                 .method
                 .as_deref()

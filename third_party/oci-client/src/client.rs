@@ -453,15 +453,29 @@ impl Client {
         &self,
         reference: &Reference,
         op: RegistryOperation,
-    ) -> Option<RegistryTokenType> {
+    ) -> Result<Option<RegistryTokenType>> {
         let registry = reference.resolve_registry();
-        let auth = self.auth_store.read().await.get(registry)?.clone();
+        let Some(auth) = self.auth_store.read().await.get(registry).cloned() else {
+            return Ok(None);
+        };
         match self.tokens.get(reference, op).await {
-            Some(token) => Some(token),
+            Some(token) => Ok(Some(token)),
             None => {
-                let token = self._auth(reference, &auth, op).await.ok()??;
+                let token = match self._auth(reference, &auth, op).await {
+                    Ok(Some(token)) => token,
+                    Ok(None) => return Ok(None),
+                    // A registry or token service that asks to be left alone for a while
+                    // (patched in for pivot: see PATCHED.md) is the request's error: sent
+                    // without a token at once, it would be refused, and asking for a token
+                    // again at once would be sooner than its `Retry-After`.
+                    Err(
+                        e @ (OciDistributionError::ServerError { .. }
+                        | OciDistributionError::RetryAfter { .. }),
+                    ) => return Err(e),
+                    Err(_) => return Ok(None),
+                };
                 self.tokens.insert(reference, op, token.clone()).await;
-                Some(token)
+                Ok(Some(token))
             }
         }
     }
@@ -868,6 +882,12 @@ impl Client {
         }
 
         let res = self.client.get(&url).send().await?;
+        // A registry that rate-limits or is overloaded may answer its `/v2/` ping so, without
+        // a challenge (patched in for pivot: see PATCHED.md): the caller waits it out, instead
+        // of taking the absent challenge for a registry that wants no credentials.
+        if let Some(busy) = busy_error(&res) {
+            return Err(busy);
+        }
         let dist_hdr = match res.headers().get(reqwest::header::WWW_AUTHENTICATE) {
             Some(h) => h,
             None => return Ok(None),
@@ -2261,6 +2281,26 @@ pub fn with_retry_after(error: OciDistributionError, headers: &HeaderMap) -> Oci
     }
 }
 
+/// The error of a response that asks the client to come back later — 429, 408 or 5xx — with
+/// its `Retry-After` if it has one; `None` for any other response (patched in for pivot: see
+/// PATCHED.md). The body is not read: its message is the status's reason phrase.
+pub fn busy_error(response: &Response) -> Option<OciDistributionError> {
+    let status = response.status();
+    let busy = status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status.is_server_error();
+    busy.then(|| {
+        with_retry_after(
+            OciDistributionError::ServerError {
+                code: status.as_u16(),
+                url: response.url().to_string(),
+                message: status.canonical_reason().unwrap_or_default().to_string(),
+            },
+            response.headers(),
+        )
+    })
+}
+
 fn validate_registry_response(status: reqwest::StatusCode, body: &[u8], url: &str) -> Result<()> {
     match status {
         reqwest::StatusCode::OK => Ok(()),
@@ -2478,7 +2518,7 @@ impl<'a> RequestBuilderWrapper<'a> {
         }
 
         let mut headers = HeaderMap::new();
-        if let Some(token) = self.client.get_auth_token(image, op).await {
+        if let Some(token) = self.client.get_auth_token(image, op).await? {
             match token {
                 RegistryTokenType::Bearer(token) => {
                     debug!("Using bearer token authentication.");
