@@ -1320,19 +1320,30 @@ fn fleet_lock_first_boot_and_rollback() {
             }
             Ok(())
         };
-        // Refused twice: the node waits, v2 staged and locked.
+        // Refused twice: the node waits, v2 staged and locked: pivot.service asked once and
+        // handed the wait to pivot-reboot.service, so the boot went on and kubelet started on
+        // v1 (kubelet is never held for a slot).
         wait_refused(&fleet, &m, 2)?;
         ensure!(m.boot().id == boot1.id, "the node rebooted without a slot");
         assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
         assert_staged_locked(&mut m, &v2.commit)?;
-        let waiting = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        let handed = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
+        ensure!(
+            handed.contains("held by another-node")
+                && handed.contains("pivot-reboot.service waits"),
+            "pivot.service does not say who waits, and why:\n{handed}"
+        );
+        let waiting = m.sh("journalctl -b -u pivot-reboot.service -o cat --no-pager")?;
         ensure!(
             waiting.contains("waiting for a reboot slot")
                 && waiting.contains("held by another-node"),
-            "pivot does not say why it waits:\n{waiting}"
+            "pivot-reboot.service does not say why it waits:\n{waiting}"
         );
-        m.sh("test ! -e /var/lib/kubelet-standin/starts || ! grep -q . /var/lib/kubelet-standin/starts")
-            .context("kubelet started while pivot waited for the slot")?;
+        m.sh(&format!(
+            "grep -q 'boot={}' /var/lib/kubelet-standin/starts",
+            boot1.id
+        ))
+        .context("kubelet was held while pivot waited for the slot")?;
 
         // An orderly reboot while waiting (kured, an admin): v1 again, v2 staged again, locked.
         m.reboot(m.scaled(200))?;

@@ -155,7 +155,7 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                         Strategy::FleetLock(_) => {
                             reboot::reboot(&target, fleet::SLOT_GRANTED_REBOOT)?
                         }
-                        _ => fleet::reboot(&config, &node, &target).await?,
+                        _ => fleet::reboot(&config, &node, &target, fleet::Wait::Here).await?,
                     }
                 }
                 Ok(())
@@ -462,7 +462,13 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
             );
         }
         if report.booted {
-            fleet::reboot(&report.config, &report.node, &report.target).await?;
+            // The pullspec file is pivot.service's (ordered before kubelet): it never waits
+            // there for a slot. An admin's command does.
+            let wait = match opts.pullspec {
+                None => fleet::Wait::Background,
+                Some(_) => fleet::Wait::Here,
+            };
+            fleet::reboot(&report.config, &report.node, &report.target, wait).await?;
         } else {
             tracing::warn!(
                 "not rebooting: {} is not the booted system",

@@ -54,10 +54,27 @@ pub struct Node {
     pub state_dir: PathBuf,
 }
 
+/// The unit that waits for a FleetLock slot in the background ([`Wait::Background`]).
+pub const BACKGROUND_UNIT: &str = "pivot-reboot.service";
+
+/// Where a reboot under `fleet_lock` waits for its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Here, until the slot is granted: an admin's command.
+    Here,
+    /// One request here (the slot granted at once: the reboot follows at once); otherwise in
+    /// [`BACKGROUND_UNIT`], and this run ends. `pivot.service` is ordered before kubelet, and
+    /// kubelet is never held for a slot: the node serves (or joins) on its current OS while it
+    /// waits, as a node running zincati does. At the first boot too: one request, since
+    /// poseidon/fleetlock finds the node to drain by what kubelet reports, and a group that is
+    /// busy for hours must not keep a new node out of the cluster for hours.
+    Background,
+}
+
 /// Reboots into the staged update as the configured strategy says. Returns once the reboot was
-/// asked for, or when the strategy leaves it to someone else.
-pub async fn reboot(config: &Config, node: &Node, target: &Target) -> Result<()> {
-    reboot_or_leave(config, node, target, Path::new(SENTINEL)).await
+/// asked for, or when the strategy leaves it to someone else (or to [`BACKGROUND_UNIT`]).
+pub async fn reboot(config: &Config, node: &Node, target: &Target, wait: Wait) -> Result<()> {
+    reboot_or_leave(config, node, target, Path::new(SENTINEL), wait).await
 }
 
 /// [`reboot()`], with kured's sentinel at `sentinel`.
@@ -66,6 +83,7 @@ async fn reboot_or_leave(
     node: &Node,
     target: &Target,
     sentinel: &Path,
+    wait: Wait,
 ) -> Result<()> {
     match &config.strategy {
         Strategy::Immediate => reboot::reboot(target, "rebooting into the new deployment"),
@@ -87,15 +105,21 @@ async fn reboot_or_leave(
         Strategy::FleetLock(lock) => {
             let sysroot = node.sysroot.clone();
             let tries = config.boot_tries;
-            with_slot(lock, node, async move {
+            let then = async move {
                 let unlocked =
                     tokio::task::spawn_blocking(move || unlock(&sysroot, tries)).await??;
                 if let Some(unlocked) = unlocked.filter(|u| u.was_locked) {
                     tracing::info!("unlocked the staged deployment {}", unlocked.commit);
                 }
                 reboot::reboot(target, SLOT_GRANTED_REBOOT)
-            })
-            .await
+            };
+            match wait {
+                Wait::Here => with_slot(lock, node, then).await,
+                Wait::Background => match ask_once(lock, node).await? {
+                    true => after_grant(node, then).await,
+                    false => wait_in_background(),
+                },
+            }
         }
     }
 }
@@ -108,6 +132,14 @@ where
     F: std::future::Future<Output = Result<()>>,
 {
     take_slot(lock, node).await?;
+    after_grant(node, then).await
+}
+
+/// Runs `then` with the slot granted, giving it back if `then` fails.
+async fn after_grant<F>(node: &Node, then: F) -> Result<()>
+where
+    F: std::future::Future<Output = Result<()>>,
+{
     match then.await {
         Ok(()) => Ok(()),
         Err(e) => {
@@ -155,6 +187,72 @@ pub async fn take_slot(lock: &FleetLock, node: &Node) -> Result<()> {
         client.base_url,
         client.id,
         client.group
+    );
+    Ok(())
+}
+
+/// Asks for a reboot slot once: whether the server granted it. Not at all while a slot of an
+/// earlier boot (or another server's) is still to be given back: the background waiter gives
+/// it back first, which may take as long as that server is away.
+pub async fn ask_once(lock: &FleetLock, node: &Node) -> Result<bool> {
+    let id = machine_id::of_etc(&node.etc)?;
+    let boot = slot::boot_id()?;
+    let mut slot = Slot::new(lock, &id, &boot);
+    {
+        let records = lock_records(&node.state_dir).await?;
+        if let Some(recorded) = records.read()? {
+            if recorded.boot_id != boot || recorded.give_back || !recorded.same_slot(&slot) {
+                tracing::info!(
+                    "a reboot slot taken earlier ({}, id {}) is still to be given back: {BACKGROUND_UNIT} gives it back, then asks for this one",
+                    recorded.base_url,
+                    recorded.id
+                );
+                return Ok(false);
+            }
+        }
+        records.write(&slot)?;
+    }
+    let client = Client::new(lock, id)?;
+    let answer = client.pre_reboot().await;
+    if let Some(refused) = answer.as_ref().ok().filter(|a| a.is_from_server()) {
+        slot.may_hold = false;
+        record(&node.state_dir, &slot).await?;
+        tracing::debug!("pre-reboot refused: {refused}");
+    }
+    let why = match answer {
+        Ok(Answer::Granted) => {
+            tracing::info!(
+                "the FleetLock server {} granted a reboot slot to {} (group {})",
+                client.base_url,
+                client.id,
+                client.group
+            );
+            return Ok(true);
+        }
+        Ok(refused) => refused.to_string(),
+        Err(e) => format!("{e:#}"),
+    };
+    tracing::info!(
+        "no reboot slot from the FleetLock server {} at once (id {}, group {}): {why}",
+        client.base_url,
+        client.id,
+        client.group
+    );
+    Ok(false)
+}
+
+/// Hands the wait for the slot to [`BACKGROUND_UNIT`] and lets this run end.
+fn wait_in_background() -> Result<()> {
+    let status = std::process::Command::new("systemctl")
+        .args(["start", "--no-block", BACKGROUND_UNIT])
+        .status()
+        .with_context(|| format!("running systemctl start {BACKGROUND_UNIT}"))?;
+    anyhow::ensure!(
+        status.success(),
+        "systemctl start {BACKGROUND_UNIT} failed ({status}): nothing waits for the reboot slot; the update stays staged, locked, for the next boot"
+    );
+    tracing::info!(
+        "the update stays staged, locked: {BACKGROUND_UNIT} waits for the reboot slot and reboots the node once it is granted; the boot goes on meanwhile (kubelet is not held)"
     );
     Ok(())
 }
@@ -453,6 +551,7 @@ mod tests {
                 &node,
                 &Target::default(),
                 sentinel,
+                Wait::Here,
             ))
     }
 

@@ -815,3 +815,65 @@ fn plain_finalize_under_fleet_lock_refuses() {
     );
     assert!(server.requests().is_empty());
 }
+
+/// `pivot.service` (ordered before kubelet) asks for the slot once: granted, the reboot
+/// follows at once; refused, the wait goes to `pivot-reboot.service`, which nothing waits for.
+/// A slot of an earlier boot still to be given back is left to that unit, without a request.
+#[test]
+fn the_boot_unit_asks_once_and_leaves_the_wait_to_the_background() {
+    let (_env, server, node, id) = airlock_node();
+    let rt = runtime();
+    server.hold("workers", "another-node");
+    assert!(!rt
+        .block_on(pivot::fleet::ask_once(&lock(&server, "workers"), &node))
+        .unwrap());
+    assert_eq!(server.requests().len(), 1);
+    let slot = recorded(&node).unwrap();
+    assert!(!slot.may_hold, "refused by the server itself: {slot:?}");
+    server.release("workers", "another-node");
+    assert!(rt
+        .block_on(pivot::fleet::ask_once(&lock(&server, "workers"), &node))
+        .unwrap());
+    assert_eq!(server.holders("workers"), [id.as_str()]);
+
+    // An earlier boot's slot is not given back here (that may take as long as its server is
+    // away): no request at all.
+    reboot(&node);
+    let asked = server.requests().len();
+    assert!(!rt
+        .block_on(pivot::fleet::ask_once(&lock(&server, "workers"), &node))
+        .unwrap());
+    assert_eq!(server.requests().len(), asked);
+    assert_eq!(recorded(&node).unwrap().boot_id, "an-earlier-boot");
+
+    // The unit that waits: after pivot.service, before nothing, only with a staged update, and
+    // started by pivot alone.
+    let unit = std::fs::read_to_string(format!(
+        "{}/systemd/pivot-reboot.service",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    for line in [
+        "ExecStart=/usr/bin/pivot finalize --reboot",
+        "ConditionPathExists=/run/ostree/staged-deployment",
+        "After=network-online.target pivot.service pivot-confirm.service",
+        "Restart=on-failure",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line} missing:\n{unit}");
+    }
+    assert!(
+        !unit
+            .lines()
+            .any(|l| l.starts_with("Before=") || l == "[Install]"),
+        "{unit}"
+    );
+    let boot_unit = std::fs::read_to_string(format!(
+        "{}/systemd/pivot.service",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    assert!(
+        boot_unit.contains("Before=kubelet.service") && !boot_unit.contains("pivot-reboot"),
+        "{boot_unit}"
+    );
+}

@@ -65,6 +65,7 @@ const SHIPPED: &[&str] = &[
     "/usr/lib/systemd/catalog/pivot.catalog",
     "/usr/lib/systemd/system-preset/80-pivot.preset",
     "/usr/lib/systemd/system/pivot-confirm.service",
+    "/usr/lib/systemd/system/pivot-reboot.service",
     "/usr/lib/systemd/system/pivot-steady-state.service",
     "/usr/lib/systemd/system/pivot.service",
     "/usr/share/bash-completion/completions/pivot",
@@ -450,6 +451,7 @@ fn the_units_are_confined_to_at_most_5_0() {
         "pivot.service",
         "pivot-confirm.service",
         "pivot-steady-state.service",
+        "pivot-reboot.service",
     ] {
         let rating = exposure(unit);
         assert!(
@@ -462,6 +464,7 @@ fn the_units_are_confined_to_at_most_5_0() {
         "pivot.service",
         "pivot-confirm.service",
         "pivot-steady-state.service",
+        "pivot-reboot.service",
     ] {
         let text = std::fs::read_to_string(format!("{REPO}/systemd/{unit}")).unwrap();
         assert!(
