@@ -229,12 +229,9 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
                         commit: report.done.to.clone(),
                         ..Default::default()
                     };
-                    reboot_with_slot(
-                        &args.sysroot,
-                        &target,
-                        "rebooting into the previous deployment",
-                    )
-                    .await?;
+                    let (node, config) = run::fleet_node(&args.sysroot)?;
+                    let why = "rebooting into the previous deployment";
+                    reboot_with_slot(&node, &config, &target, why).await?;
                 } else {
                     tracing::warn!(
                         "not rebooting: {} is not the booted system",
@@ -253,14 +250,14 @@ const NOTHING_STAGED: &str = "no deployment is staged: there is nothing to final
 /// A reboot pivot makes that is not into a staged update (a rollback's): under `fleet_lock` it
 /// holds a slot too, given back at the next boot (or at once if the reboot fails).
 async fn reboot_with_slot(
-    sysroot: &std::path::Path,
+    node: &fleet::Node,
+    config: &Config,
     target: &events::Target,
     why: &str,
 ) -> Result<()> {
-    let (node, config) = run::fleet_node(sysroot)?;
     match &config.strategy {
         Strategy::FleetLock(lock) => {
-            fleet::with_slot(lock, &node, async { reboot::reboot(target, why) }).await
+            fleet::with_slot(lock, node, async { reboot::reboot(target, why) }).await
         }
         _ => reboot::reboot(target, why),
     }
@@ -356,20 +353,24 @@ async fn confirm(args: ConfirmArgs) -> Result<Exit> {
                         // Still down for the update: the FleetLock slot it was granted is kept
                         // until the node runs the previous deployment; without one (another
                         // agent rebooted the node into it), the rollback's reboot takes one.
-                        let held = match &loaded {
-                            Ok((node, _)) => fleet::hold_through_this_boot(&node.state_dir)
-                                .unwrap_or_else(|e| {
-                                    tracing::warn!(
-                                        "keeping the FleetLock slot through the rollback: {e:#}"
-                                    );
-                                    false
-                                }),
-                            Err(_) => false,
-                        };
                         let why = "rebooting into the previous deployment";
-                        match held {
-                            true => reboot::reboot(&target, why)?,
-                            false => reboot_with_slot(&args.sysroot, &target, why).await?,
+                        match &loaded {
+                            Ok((node, config)) => {
+                                let held = fleet::hold_through_this_boot(&node.state_dir)
+                                    .unwrap_or_else(|e| {
+                                        tracing::warn!(
+                                            "keeping the FleetLock slot through the rollback: {e:#}"
+                                        );
+                                        false
+                                    });
+                                match held {
+                                    true => reboot::reboot(&target, why)?,
+                                    false => reboot_with_slot(node, config, &target, why).await?,
+                                }
+                            }
+                            // The configuration is unreadable (its error fails the unit): the
+                            // remedy goes first.
+                            Err(_) => reboot::reboot(&target, why)?,
                         }
                         return Ok(Exit::Failure);
                     }
