@@ -364,7 +364,13 @@ async fn confirm(args: ConfirmArgs) -> Result<Exit> {
                                         false
                                     });
                                 match held {
-                                    true => reboot::reboot(&target, why)?,
+                                    true => {
+                                        if let Err(e) = reboot::reboot(&target, why) {
+                                            // No reboot follows: the slot is not held for one.
+                                            fleet::give_back(&node.state_dir).await;
+                                            return Err(e);
+                                        }
+                                    }
                                     false => reboot_with_slot(node, config, &target, why).await?,
                                 }
                             }
