@@ -339,7 +339,7 @@ fn field(out: &mut String, name: &str, value: &str) {
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` from Unix seconds (civil-from-days, proleptic Gregorian).
-fn format_utc(secs: u64) -> String {
+pub(crate) fn format_utc(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let z = days + 719_468;
