@@ -32,4 +32,5 @@ mod refusals;
 mod rollback;
 mod signature_sources;
 mod signatures;
+mod signatures_key_validity;
 mod space;
