@@ -101,7 +101,7 @@ mod tests {
         use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().unwrap();
         for outcome in Outcome::ALL {
-            let file = crate::node::state::StateFile::for_stateroot(dir.path(), "os");
+            let file = crate::node::state::StateFile::for_stateroot(dir.path(), None, "os");
             let mut attempt = crate::node::state::Attempt::new(
                 "quay.io/os:1",
                 crate::api::status::PullspecSource::File,

@@ -50,7 +50,8 @@ pub struct Node {
     /// The running system's `/etc` (its machine ID gives the FleetLock id).
     pub etc: PathBuf,
     pub sysroot: PathBuf,
-    /// The running system's `/var/lib/pivot` (the slot record, [`slot`]).
+    /// The running stateroot's pivot state directory ([`crate::node::state::dir`]): the slot
+    /// record, [`slot`].
     pub state_dir: PathBuf,
 }
 
@@ -267,7 +268,8 @@ pub const SLOT_GRANTED_REBOOT: &str = "rebooting into the new deployment (FleetL
 pub fn unlock(sysroot: &Path, boot_tries: u8) -> Result<Option<Unlocked>> {
     let unlocked = crate::sysroot::finalize::unlock_staged(sysroot, boot_tries)?;
     if let Some(u) = unlocked.as_ref().filter(|u| u.was_locked) {
-        let state_file = StateFile::for_stateroot(sysroot, &u.stateroot);
+        let state_file =
+            StateFile::for_stateroot(sysroot, u.booted_stateroot.as_deref(), &u.stateroot);
         let recorded = state_file.load().and_then(|mut state| {
             match state.last.as_mut() {
                 Some(last) if last.commit.as_deref() == Some(u.commit.as_str()) => {

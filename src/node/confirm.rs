@@ -42,7 +42,11 @@ pub fn confirm(sysroot_path: &Path, record_confirmed: bool) -> Result<Verdict> {
     else {
         return Ok(Verdict::Nothing);
     };
-    let state_file = StateFile::for_stateroot(sysroot_path, &running.stateroot);
+    let state_file = StateFile::for_stateroot(
+        sysroot_path,
+        deployments::booted_stateroot(&list),
+        &running.stateroot,
+    );
     let mut state = state_file.load()?;
     let Some(last) = state.last.as_mut() else {
         return Ok(Verdict::Nothing);

@@ -1,7 +1,8 @@
 //! What pivot attempted and how it ended, kept under the stateroot's
 //! `/var/lib/pivot/state.json` (mode 0600, directory 0700), so that a pivot that did not take
 //! effect is noticed on the next boot and a target that keeps failing is given up on instead of
-//! becoming a reboot loop. Only `pivot` writes it; `pivot status` shows it.
+//! becoming a reboot loop. Only `pivot` writes it; `pivot status` shows it. Which directory
+//! that is, for every record pivot keeps, is [`dir`]'s decision.
 //!
 //! The file's shape is private to pivot: `pivot status --json` ([`crate::api::status`]) is what
 //! other programs read. Files written by earlier versions read the same.
@@ -99,18 +100,52 @@ impl Attempt {
     }
 }
 
+/// pivot's state directory as the running system sees it, whatever filesystem `/var` is.
+pub const RUNNING_DIR: &str = "/var/lib/pivot";
+
+/// The directory of pivot's records for `stateroot` of `sysroot` (the state file, the FleetLock
+/// slot record, kept signatures), given `booted`: the stateroot of the deployment libostree
+/// found booted in `sysroot`, None when `sysroot` is not the running system. Every reader and
+/// writer asks here, and the units' conditions look where it answers for the running system.
+///
+/// - The booted stateroot: [`RUNNING_DIR`], the running `/var/lib/pivot`. A stateroot's `/var` is
+///   `<sysroot>/ostree/deploy/<stateroot>/var` only until something else is mounted on `/var`:
+///   a separate `/var` partition (or LUKS volume) of Fedora CoreOS and RHCOS is mounted over the
+///   deployment's `/var` by the deployment's fstab, and there the deploy path is a directory of
+///   the root filesystem that nothing booted reads. The running `/var` is what the next boot of
+///   that stateroot mounts again (its /etc, fstab included, is merged into the target), so the
+///   bootimage's record is found by the target's first boot, and by the units' conditions.
+///   Without a partition it is the same directory (ostree-prepare-root binds the deploy path at
+///   `/var`, writable even under a read-only `/sysroot`), so nothing moves.
+/// - Another stateroot on the running system (`pivot --stateroot`), and every stateroot of a
+///   sysroot that is not running (`--sysroot` on an image, the tests): the deploy path, the only
+///   `/var` pivot can name for it; it is the `/var` that stateroot boots with unless its own
+///   fstab mounts another over it.
+pub fn dir(sysroot: &Path, booted: Option<&str>, stateroot: &str) -> PathBuf {
+    match booted {
+        Some(b) if b == stateroot => PathBuf::from(RUNNING_DIR),
+        _ => sysroot
+            .join("ostree/deploy")
+            .join(stateroot)
+            .join("var/lib/pivot"),
+    }
+}
+
 /// The state file of one stateroot.
 pub struct StateFile {
     path: PathBuf,
 }
 
 impl StateFile {
-    pub fn for_stateroot(sysroot: &Path, stateroot: &str) -> StateFile {
+    /// The state file of `stateroot` of `sysroot`, in [`dir`] (`booted` as there).
+    pub fn for_stateroot(sysroot: &Path, booted: Option<&str>, stateroot: &str) -> StateFile {
+        StateFile::in_dir(&dir(sysroot, booted, stateroot))
+    }
+
+    /// The state file in the state directory `dir` (one [`dir`] chose).
+    pub fn in_dir(dir: &Path) -> StateFile {
         StateFile {
-            path: sysroot
-                .join("ostree/deploy")
-                .join(stateroot)
-                .join("var/lib/pivot/state.json"),
+            path: dir.join("state.json"),
         }
     }
 
@@ -200,9 +235,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_booted_stateroot_keeps_its_state_in_the_running_var() {
+        let sysroot = Path::new("/");
+        assert_eq!(
+            dir(sysroot, Some("fedora-coreos"), "fedora-coreos"),
+            Path::new("/var/lib/pivot")
+        );
+        // `--sysroot /sysroot` names the same running system when libostree finds it booted.
+        assert_eq!(
+            dir(Path::new("/sysroot"), Some("rhcos"), "rhcos"),
+            Path::new(RUNNING_DIR)
+        );
+        assert_eq!(
+            StateFile::for_stateroot(sysroot, Some("rhcos"), "rhcos").path(),
+            Path::new("/var/lib/pivot/state.json")
+        );
+    }
+
+    #[test]
+    fn other_stateroots_and_sysroots_not_running_keep_the_deploy_path() {
+        // Another stateroot of the running system: its own /var, as it boots with it.
+        assert_eq!(
+            dir(Path::new("/"), Some("rhcos"), "fedora-coreos"),
+            Path::new("/ostree/deploy/fedora-coreos/var/lib/pivot")
+        );
+        // A sysroot that is not running (an image, the tests): no deployment is booted.
+        let image = Path::new("/mnt/image");
+        assert_eq!(
+            dir(image, None, "rhcos"),
+            Path::new("/mnt/image/ostree/deploy/rhcos/var/lib/pivot")
+        );
+        assert_eq!(
+            StateFile::for_stateroot(image, None, "rhcos").path(),
+            Path::new("/mnt/image/ostree/deploy/rhcos/var/lib/pivot/state.json")
+        );
+    }
+
+    #[test]
     fn state_round_trips_with_tight_permissions() {
         let dir = tempfile::tempdir().unwrap();
-        let file = StateFile::for_stateroot(dir.path(), "os");
+        let file = StateFile::for_stateroot(dir.path(), None, "os");
         assert_eq!(file.load().unwrap().attempts, 0);
         let mut state = State {
             target: Some("quay.io/os:1".into()),
@@ -227,7 +299,7 @@ mod tests {
     #[test]
     fn corrupt_state_is_an_error_not_a_reset() {
         let dir = tempfile::tempdir().unwrap();
-        let file = StateFile::for_stateroot(dir.path(), "os");
+        let file = StateFile::for_stateroot(dir.path(), None, "os");
         std::fs::create_dir_all(file.path().parent().unwrap()).unwrap();
         std::fs::write(file.path(), "{not json").unwrap();
         let err = format!("{:#}", file.load().unwrap_err());
@@ -237,7 +309,7 @@ mod tests {
     #[test]
     fn parents_stay_readable_and_a_wide_state_dir_is_narrowed() {
         let dir = tempfile::tempdir().unwrap();
-        let file = StateFile::for_stateroot(dir.path(), "os");
+        let file = StateFile::for_stateroot(dir.path(), None, "os");
         let pivot_dir = file.path().parent().unwrap();
         std::fs::create_dir_all(pivot_dir.parent().unwrap()).unwrap();
         std::fs::set_permissions(
@@ -252,7 +324,7 @@ mod tests {
         assert_eq!(mode(pivot_dir), 0o700);
         assert_eq!(mode(pivot_dir.parent().unwrap()), 0o755);
         // Fresh parents (var/lib of a new stateroot) are made 0755, not 0700.
-        let fresh = StateFile::for_stateroot(dir.path(), "other");
+        let fresh = StateFile::for_stateroot(dir.path(), None, "other");
         fresh.save(&State::default()).unwrap();
         assert_eq!(mode(fresh.path().parent().unwrap()), 0o700);
         assert_eq!(
@@ -264,7 +336,7 @@ mod tests {
     #[test]
     fn concurrent_saves_never_leave_a_torn_file() {
         let dir = tempfile::tempdir().unwrap();
-        let file = StateFile::for_stateroot(dir.path(), "os");
+        let file = StateFile::for_stateroot(dir.path(), None, "os");
         std::thread::scope(|scope| {
             for t in 0..4u32 {
                 let file = &file;

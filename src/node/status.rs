@@ -23,7 +23,11 @@ pub fn read(sysroot_path: &Path) -> Result<Status> {
     let mut stateroots: Vec<&str> = deployments.iter().map(|d| d.stateroot.as_str()).collect();
     stateroots.dedup();
     for stateroot in stateroots {
-        let file = StateFile::for_stateroot(sysroot_path, stateroot);
+        let file = StateFile::for_stateroot(
+            sysroot_path,
+            deployments::booted_stateroot(&deployments),
+            stateroot,
+        );
         if file.path().exists() {
             pivot.insert(stateroot.to_string(), published(file.load()?));
         }

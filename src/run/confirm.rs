@@ -119,7 +119,11 @@ fn running_state(sysroot: &Path) -> Result<(StateFile, String)> {
         .or_else(|| list.iter().find(|d| d.default))
         .context("the sysroot has no deployments")?;
     Ok((
-        StateFile::for_stateroot(sysroot, &running.stateroot),
+        StateFile::for_stateroot(
+            sysroot,
+            deployments::booted_stateroot(&list),
+            &running.stateroot,
+        ),
         running.checksum.clone(),
     ))
 }

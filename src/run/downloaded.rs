@@ -56,7 +56,7 @@ impl Run<'_> {
         let Some((format, commit)) = found else {
             return Ok(None);
         };
-        let path = evidence::path(&self.opts.sysroot, &self.local.stateroot, digest);
+        let path = evidence::path(&self.local.state_dir(&self.opts.sysroot), digest);
         let kept = Kept::load(&path)?;
         let (manifest_digest, evidence) = match &kept {
             Some(kept) => (kept.manifest_digest.as_str(), kept.evidence.clone()),

@@ -65,6 +65,16 @@ impl Local {
         find_at_target(&self.deployments, digest, commit)
     }
 
+    /// pivot's state directory for the run's stateroot of `sysroot` (this run's sysroot):
+    /// [`crate::node::state::dir`], told which stateroot runs.
+    pub(super) fn state_dir(&self, sysroot: &Path) -> PathBuf {
+        crate::node::state::dir(
+            sysroot,
+            deployments::booted_stateroot(&self.deployments),
+            &self.stateroot,
+        )
+    }
+
     pub(super) fn is_current(&self, d: &DeploymentInfo) -> bool {
         d.stateroot == self.current.stateroot
             && d.checksum == self.current.checksum

@@ -171,7 +171,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
         ),
     })?;
 
-    let state_file = StateFile::for_stateroot(&opts.sysroot, &local.stateroot);
+    let state_file = StateFile::in_dir(&local.state_dir(&opts.sysroot));
     let mut state = state_file.load()?;
     if source == Source::File && state.target.as_deref() != Some(&pullspec) {
         state.target = Some(pullspec.clone());
@@ -476,7 +476,7 @@ impl Run<'_> {
         self.attempt.commit = Some(commit.clone());
         self.target.commit = commit.clone();
         if let Some(kept) = kept.filter(|_| self.opts.download_only || self.opts.lock_finalization) {
-            let path = evidence::path(&self.opts.sysroot, &self.local.stateroot, &digest);
+            let path = evidence::path(&self.local.state_dir(&self.opts.sysroot), &digest);
             kept.save(&path)
                 .context("keeping the download's signatures for its deployment")?;
         }

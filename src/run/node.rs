@@ -6,7 +6,6 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::local::Local;
-use crate::node::state::StateFile;
 
 /// The node on `sysroot` as its fleet sees it, and its configuration (`/etc/pivot/config.d`).
 pub fn fleet_node(sysroot: &Path) -> Result<(crate::fleet::Node, crate::fleet::config::Config)> {
@@ -25,11 +24,10 @@ pub fn fleet_node_and_config(
 }
 
 pub(super) fn node_of(sysroot: &Path, local: &Local) -> crate::fleet::Node {
-    let state = StateFile::for_stateroot(sysroot, &local.stateroot);
     crate::fleet::Node {
         etc: local.etc.clone(),
         sysroot: sysroot.to_path_buf(),
-        state_dir: state.path().parent().expect("a parent").to_path_buf(),
+        state_dir: local.state_dir(sysroot),
     }
 }
 

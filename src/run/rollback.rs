@@ -23,13 +23,14 @@ pub struct Report {
 
 pub fn run(sysroot_path: &Path) -> Result<Report> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
+    let booted = deployments::booted_stateroot_of(&sysroot);
     let done = rollback::rollback(&sysroot)?;
     // A boot-once attempt pivot armed at the update left behind must not send the next boot
     // anywhere; a counter someone else armed (greenboot) stays theirs.
     if let Err(e) = crate::sysroot::grubenv::settle(sysroot_path) {
         tracing::warn!("settling GRUB's boot-once attempt: {e:#}");
     }
-    let state_file = StateFile::for_stateroot(sysroot_path, &done.stateroot);
+    let state_file = StateFile::for_stateroot(sysroot_path, booted.as_deref(), &done.stateroot);
     // What the first-boot pivot would read at the next boot: the pullspec file of the
     // deployment now the default (its /etc may still name the target the node left).
     let pullspec_file = std::fs::read_to_string(done.to_etc.join(super::PULLSPEC_FILE))

@@ -83,6 +83,17 @@ impl DeploymentInfo {
     }
 }
 
+/// The stateroot of the deployment that runs, when `list` is the running system's (libostree
+/// found its booted deployment): what [`crate::node::state::dir`] needs to know.
+pub fn booted_stateroot(list: &[DeploymentInfo]) -> Option<&str> {
+    list.iter().find(|d| d.booted).map(|d| d.stateroot.as_str())
+}
+
+/// [`booted_stateroot`] of a loaded sysroot.
+pub fn booted_stateroot_of(sysroot: &ostree::Sysroot) -> Option<String> {
+    sysroot.booted_deployment().map(|d| d.osname().to_string())
+}
+
 /// Opens and loads the sysroot at `path` (not locked: a read-only look).
 pub fn open_sysroot(path: &Path) -> Result<ostree::Sysroot> {
     let sysroot = crate::sysroot::namespace::sysroot(path);

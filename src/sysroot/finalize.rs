@@ -13,6 +13,9 @@ use crate::sysroot::deployments::{self, STAGED_LOCKED};
 pub struct Unlocked {
     pub commit: String,
     pub stateroot: String,
+    /// The stateroot that runs (staging needs the running system), for
+    /// [`crate::node::state::dir`].
+    pub booted_stateroot: Option<String>,
     /// Whether it was locked (else there was nothing to unlock).
     pub was_locked: bool,
 }
@@ -35,6 +38,7 @@ pub fn unlock_staged(sysroot_path: &Path, boot_tries: u8) -> Result<Option<Unloc
     Ok(Some(Unlocked {
         commit: staged.csum().to_string(),
         stateroot: staged.osname().to_string(),
+        booted_stateroot: deployments::booted_stateroot_of(&sysroot),
         was_locked,
     }))
 }

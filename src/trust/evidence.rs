@@ -45,12 +45,11 @@ pub struct Kept {
     pub evidence: Evidence,
 }
 
-/// Where the signatures of download `digest` are kept in `stateroot` of `sysroot`.
-pub fn path(sysroot: &Path, stateroot: &str, digest: &str) -> PathBuf {
-    sysroot
-        .join("ostree/deploy")
-        .join(stateroot)
-        .join("var/lib/pivot/downloads")
+/// Where the signatures of download `digest` are kept, in the stateroot's pivot state
+/// directory `state_dir` ([`crate::node::state::dir`]).
+pub fn path(state_dir: &Path, digest: &str) -> PathBuf {
+    state_dir
+        .join("downloads")
         .join(format!("{}.json", digest.replace(':', "-")))
 }
 
