@@ -4,6 +4,12 @@
 //! or GRUB), p2 the root filesystem, for UEFI p3 the ESP (see firmware.rs), and converted to
 //! qcow2.
 //!
+//! With [`EtcEdits::separate_var`], `/var` is a partition of its own after those (ext4, label
+//! `var`), as Fedora CoreOS and RHCOS allow: v1's /etc/fstab mounts it, so systemd mounts it over
+//! the deployment's `/var` at boot (ostree-system-generator then makes no `var.mount` of its
+//! own), and the stateroot's `/var` on the root filesystem is left as the image had it, read by
+//! nothing. The partition starts as a copy of that `/var`.
+//!
 //! The bootloader reads what libostree writes: /boot/syslinux/syslinux.cfg links to
 //! ../loader/syslinux.cfg, which ostree's syslinux backend rewrites on every deploy (and which
 //! `ostree-finalize-staged` rewrites in the guest at shutdown).
@@ -30,6 +36,12 @@ pub const BOOT_SIZE: u64 = 384 * MIB;
 pub const ROOT_OFFSET: u64 = BOOT_OFFSET + BOOT_SIZE;
 const DISK_SIZE: u64 = 6 * 1024 * MIB;
 pub const ROOT_SIZE: u64 = DISK_SIZE - ROOT_OFFSET;
+/// The size of a separate `/var` ([`EtcEdits::separate_var`]), after the root (and the ESP).
+const VAR_SIZE: u64 = 1024 * MIB;
+/// The label of a separate `/var`, which its fstab line names.
+pub const VAR_LABEL: &str = "var";
+/// That fstab line.
+const VAR_FSTAB: &str = "# /var on a partition of its own, as Fedora CoreOS and RHCOS allow.\nLABEL=var /var ext4 defaults 0 2\n";
 const SYSLINUX_MODULES: &str = "/usr/lib/syslinux/modules/bios";
 const MBR_CODE: &str = "/usr/lib/syslinux/mbr/mbr.bin";
 const TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -112,6 +124,8 @@ pub struct EtcEdits {
     pub origin: Option<String>,
     /// Paths of `files` made executable (mode 0755).
     pub executables: Vec<String>,
+    /// `/var` on a partition of its own, mounted by v1's /etc/fstab (see the module).
+    pub separate_var: bool,
 }
 
 impl EtcEdits {
@@ -128,6 +142,12 @@ impl EtcEdits {
 
     pub fn origin(mut self, contents: &str) -> Self {
         self.origin = Some(contents.to_string());
+        self
+    }
+
+    /// `/var` on a partition of its own (see the module).
+    pub fn separate_var(mut self) -> Self {
+        self.separate_var = true;
         self
     }
 }
@@ -162,6 +182,25 @@ pub fn build(
             fs::set_permissions(&file, fs::Permissions::from_mode(0o755))?;
         }
     }
+    if edits.separate_var {
+        let fstab = etc.join("fstab");
+        let mut text = fs::read_to_string(&fstab).context("reading v1's /etc/fstab")?;
+        text.push_str(VAR_FSTAB);
+        fs::write(&fstab, text)?;
+    }
+    // The separate /var's contents: the stateroot's /var as the image has it, which stays on
+    // the root filesystem too.
+    let var = scratch.join("var");
+    cache::remove_tree(&var)?;
+    if edits.separate_var {
+        cmd::run(
+            Command::new("cp")
+                .arg("-a")
+                .arg(copy.join("ostree/deploy").join(STATEROOT).join("var"))
+                .arg(&var),
+            TIMEOUT,
+        )?;
+    }
     // /boot becomes its own partition: the root filesystem keeps an empty mount point.
     let boot = scratch.join("boot");
     cache::remove_tree(&boot)?;
@@ -178,7 +217,8 @@ pub fn build(
         Firmware::Bios => None,
         Firmware::Uefi => Some(firmware::esp(scratch)?),
     };
-    let size = DISK_SIZE + esp.as_ref().map_or(0, |_| firmware::ESP_SIZE);
+    let var_offset = DISK_SIZE + esp.as_ref().map_or(0, |_| firmware::ESP_SIZE);
+    let size = var_offset + if edits.separate_var { VAR_SIZE } else { 0 };
     fs::File::create(&raw)?.set_len(size)?;
     if let Some(esp) = &esp {
         let mut out = fs::OpenOptions::new().write(true).open(&raw)?;
@@ -192,6 +232,14 @@ pub fn build(
         ROOT_SIZE,
         &["-L", "root", "-d", &copy.display().to_string()],
     )?;
+    if edits.separate_var {
+        mkfs(
+            &raw,
+            var_offset,
+            VAR_SIZE,
+            &["-L", VAR_LABEL, "-d", &var.display().to_string()],
+        )?;
+    }
     // syslinux 6.04 cannot read ext4 with 64bit or metadata_csum.
     mkfs(
         &raw,
@@ -223,7 +271,8 @@ pub fn build(
             TIMEOUT,
         )?;
     }
-    write_mbr(&raw, esp.is_some())?;
+    let var_partition = edits.separate_var.then_some((var_offset, VAR_SIZE));
+    write_mbr(&raw, esp.is_some(), var_partition)?;
     cmd::run(
         Command::new("qemu-img")
             .args(["convert", "-O", "qcow2"])
@@ -234,6 +283,7 @@ pub fn build(
     fs::remove_file(&raw)?;
     cache::remove_tree(&copy)?;
     cache::remove_tree(&boot)?;
+    cache::remove_tree(&var)?;
     Ok(())
 }
 
@@ -266,9 +316,9 @@ fn mkfs(raw: &Path, offset: u64, size: u64, args: &[&str]) -> Result<()> {
     .map(drop)
 }
 
-/// syslinux's MBR boot code and a DOS partition table: p1 (active) /boot, p2 root, and with
-/// `esp` p3 the EFI system partition.
-fn write_mbr(raw: &Path, esp: bool) -> Result<()> {
+/// syslinux's MBR boot code and a DOS partition table: p1 (active) /boot, p2 root, with `esp`
+/// p3 the EFI system partition, and with `var` (offset, size) a separate /var after them.
+fn write_mbr(raw: &Path, esp: bool, var: Option<(u64, u64)>) -> Result<()> {
     let code = fs::read(MBR_CODE).with_context(|| format!("reading {MBR_CODE}"))?;
     let mut mbr = [0u8; 512];
     mbr[..440].copy_from_slice(&code[..440]);
@@ -278,6 +328,9 @@ fn write_mbr(raw: &Path, esp: bool) -> Result<()> {
     ];
     if esp {
         partitions.push((false, 0xef, DISK_SIZE, firmware::ESP_SIZE));
+    }
+    if let Some((offset, size)) = var {
+        partitions.push((false, 0x83, offset, size));
     }
     for (i, (active, kind, offset, size)) in partitions.into_iter().enumerate() {
         let e = &mut mbr[446 + 16 * i..446 + 16 * (i + 1)];
@@ -295,6 +348,19 @@ fn write_mbr(raw: &Path, esp: bool) -> Result<()> {
     file.seek(SeekFrom::Start(0))?;
     file.write_all(&mbr)?;
     Ok(())
+}
+
+/// The separate /var of the raw disk `raw` ([`EtcEdits::separate_var`]), as (offset, size): the
+/// Linux partition after the root filesystem, if the partition table has one.
+pub fn var_partition(raw: &Path) -> Result<Option<(u64, u64)>> {
+    let mut mbr = [0u8; 512];
+    fs::File::open(raw)?.read_exact(&mut mbr)?;
+    Ok((0..4).find_map(|i| {
+        let e = &mbr[446 + 16 * i..446 + 16 * (i + 1)];
+        let sectors = |at: usize| u64::from(u32::from_le_bytes(e[at..at + 4].try_into().unwrap()));
+        let (offset, size) = (sectors(8) * 512, sectors(12) * 512);
+        (e[4] == 0x83 && offset >= DISK_SIZE).then_some((offset, size))
+    }))
 }
 
 fn random_hex(bytes: usize) -> Result<String> {

@@ -1,6 +1,7 @@
 //! The disk after the guest powered off, read on the host: converted to raw, its partitions
-//! mounted read-only through loop devices (root, with /boot mounted on it), so the OSTree sysroot
-//! can be inspected with `ostree admin status`, `pivot status --sysroot` and the bootloader files.
+//! mounted read-only through loop devices (root, with /boot mounted on it, and a separate /var
+//! beside it when the disk has one), so the OSTree sysroot can be inspected with `ostree admin
+//! status`, `pivot status --sysroot` and the bootloader files.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,13 +10,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::cmd;
-use super::disk::{BOOT_OFFSET, BOOT_SIZE, OSTREE_ENV, ROOT_OFFSET, ROOT_SIZE, STATEROOT};
+use super::disk::{self, BOOT_OFFSET, BOOT_SIZE, OSTREE_ENV, ROOT_OFFSET, ROOT_SIZE, STATEROOT};
 use super::mounts::Mount;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct SavedDisk {
-    // Unmounted in reverse order: /boot first.
+    // Unmounted in reverse order: /var and /boot first.
+    var: Option<Mount>,
     boot: Option<Mount>,
     root: Option<Mount>,
     raw: PathBuf,
@@ -46,7 +48,18 @@ impl SavedDisk {
             &root.path().join("boot"),
             true,
         )?;
+        let var = match disk::var_partition(&raw)? {
+            Some((offset, size)) => Some(Mount::partition(
+                &raw,
+                offset,
+                size,
+                &scratch.join("saved-var"),
+                true,
+            )?),
+            None => None,
+        };
         Ok(SavedDisk {
+            var,
             boot: Some(boot),
             root: Some(root),
             raw,
@@ -57,8 +70,17 @@ impl SavedDisk {
         self.root.as_ref().unwrap().path()
     }
 
-    /// The stateroot's shared /var.
+    /// The /var the guest booted with: a separate /var partition, or the stateroot's shared
+    /// /var.
     pub fn var(&self) -> PathBuf {
+        match &self.var {
+            Some(var) => var.path().to_path_buf(),
+            None => self.stateroot_var(),
+        }
+    }
+
+    /// The stateroot's /var on the root filesystem (with a separate /var, what nothing mounts).
+    pub fn stateroot_var(&self) -> PathBuf {
         self.sysroot()
             .join("ostree/deploy")
             .join(STATEROOT)
@@ -156,6 +178,7 @@ impl SavedDisk {
 
 impl Drop for SavedDisk {
     fn drop(&mut self) {
+        drop(self.var.take());
         drop(self.boot.take());
         drop(self.root.take());
         let _ = std::fs::remove_file(&self.raw);
