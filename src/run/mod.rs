@@ -200,6 +200,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
         boot_tries: config.boot_tries,
         found: None,
         held: false,
+        waiting: false,
         fleet_locked,
     };
     let result = run.pivot().await;
@@ -234,7 +235,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
                 tracing::warn!("could not record what the check found: {e:#}");
             }
         }
-    } else if !run.held {
+    } else if !run.held && !run.waiting {
         run.state.last = Some(run.attempt);
         // The node moved (or is where it should be): an update found before is no news now.
         if result.as_ref().is_ok_and(|o| {
@@ -303,6 +304,12 @@ struct Run<'a> {
     found: Option<crate::api::status::CachedUpdate>,
     /// The target is held after a rollback: nothing was attempted.
     held: bool,
+    /// The target waits staged, locked (for its FleetLock slot, or `pivot finalize`): this run
+    /// attempted nothing, and the record keeps the attempt that staged it, which the unlock
+    /// marks unlocked and the next boot's `pivot confirm` confirms (settling GRUB's boot-once
+    /// attempt). Recorded as this run's `unchanged`, it would leave that boot nothing to
+    /// confirm, and GRUB's counter armed until it fell back.
+    waiting: bool,
     /// Staged locked for the FleetLock strategy, which unlocks it once the slot is granted.
     fleet_locked: bool,
 }
@@ -541,6 +548,7 @@ impl Run<'_> {
                 ),
             );
             self.reboot_pending = self.local.booted;
+            self.waiting = true;
             return Ok(Outcome::Unchanged);
         }
         if hit.finalization_locked {
@@ -553,6 +561,7 @@ impl Run<'_> {
                     self.image
                 ),
             );
+            self.waiting = true;
             return Ok(Outcome::Unchanged);
         }
         events::info(
