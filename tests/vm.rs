@@ -1264,7 +1264,9 @@ fn signed_first_boot() {
 /// lease); an orderly reboot meanwhile keeps v1 and the update comes back staged; once the lease
 /// is free the server drains the node (found by zincati's id) and pivot unlocks, arming GRUB's
 /// boot-once, and reboots into v2; the server is down across that reboot, kubelet starts anyway,
-/// and the steady-state reaches it once it is back. Then `pivot rollback`.
+/// and the steady-state reaches it once it is back. Then `pivot rollback`. `/var` is a partition
+/// of its own (as Fedora CoreOS allows): pivot's state and slot record are on it, and the units
+/// conditioned on them run (GRUB's attempt settled, the slot given back).
 #[test]
 #[cfg_attr(pivot_vm_skip, ignore = "PIVOT_VM_SKIP=1")]
 fn fleet_lock_first_boot_and_rollback() {
@@ -1290,6 +1292,7 @@ fn fleet_lock_first_boot_and_rollback() {
             push_v2,
             |v2| {
                 EtcEdits::default()
+                    .separate_var()
                     .file(PULLSPEC_FILE, &format!("{}\n", v2.guest_by_tag()))
                     .file("pivot/config.d/50-fleet.toml", &config)
             },
@@ -1327,6 +1330,7 @@ fn fleet_lock_first_boot_and_rollback() {
         ensure!(m.boot().id == boot1.id, "the node rebooted without a slot");
         assert_running(&mut m, &images.commits.v1, V1_RELEASE)?;
         assert_staged_locked(&mut m, &v2.commit)?;
+        assert_state_on_separate_var(&mut m, &["state.json", "fleet-lock.json"])?;
         let handed = m.sh("journalctl -b -u pivot.service -o cat --no-pager")?;
         ensure!(
             handed.contains("held by another-node")
@@ -1385,6 +1389,21 @@ fn fleet_lock_first_boot_and_rollback() {
             .context("waiting for the reboot once the slot was free")?;
         m.base_checks()?;
         assert_running(&mut m, &images.commits.v2, V2_RELEASE)?;
+        // On the separate /var, pivot-confirm found the bootimage's record and settled GRUB's
+        // boot-once attempt: no fallback to v1 at the next boots.
+        assert_state_on_separate_var(&mut m, &["state.json"])?;
+        let state = facts::guest_status(&mut m)?;
+        let state = facts::pivot_state(&state, STATEROOT);
+        ensure!(
+            state["last"]["outcome"] == "confirmed"
+                && state["last"]["commit"] == v2.commit.as_str(),
+            "pivot-confirm did not confirm v2: {state:#}"
+        );
+        let env = vm::firmware::Grubenv::parse(&m.sh("cat /boot/grub/grubenv")?)?;
+        ensure!(
+            env.get("boot_success") == Some("1") && env.get("boot_counter").is_none(),
+            "GRUB's boot-once attempt at v2 is not settled: {env:?}"
+        );
         // kubelet starts while the server is still away.
         let boot = m.boot().id.clone();
         m.sh(&format!(
@@ -1483,8 +1502,44 @@ fn fleet_lock_first_boot_and_rollback() {
             Firmware::Uefi,
             &[&images.commits.v1, &images.commits.v2],
         )?;
+        ensure!(
+            disk.var().join("lib/pivot/state.json").is_file()
+                && !disk.stateroot_var().join("lib/pivot").exists(),
+            "on the saved disk, pivot's state is not (only) on the /var partition"
+        );
         Ok(())
     });
+}
+
+/// `/var` is a partition of its own ([`EtcEdits::separate_var`]), and pivot's `records` (in
+/// /var/lib/pivot) are on it, none on the stateroot's /var of the root filesystem.
+fn assert_state_on_separate_var(m: &mut Machine, records: &[&str]) -> Result<()> {
+    let var = m.sh("findmnt -n -o SOURCE /var")?;
+    let partition = m.sh(&format!(
+        "readlink -f /dev/disk/by-label/{}",
+        disk::VAR_LABEL
+    ))?;
+    ensure!(
+        var.trim() == partition.trim(),
+        "/var is mounted from {:?}, not from its partition {:?}",
+        var.trim(),
+        partition.trim()
+    );
+    for record in records {
+        let on = m.sh(&format!(
+            "test -f /var/lib/pivot/{record} && findmnt -n -o SOURCE -T /var/lib/pivot/{record}"
+        ))?;
+        ensure!(
+            on.trim() == partition.trim(),
+            "/var/lib/pivot/{record} is on {:?}, not on the /var partition",
+            on.trim()
+        );
+    }
+    m.sh(&format!(
+        "test ! -e /sysroot/ostree/deploy/{STATEROOT}/var/lib/pivot"
+    ))
+    .context("pivot wrote its state under the stateroot's /var of the root filesystem")?;
+    Ok(())
 }
 
 /// Staged but locked: an admin's `pivot --lock-finalization` stages v2 so that an unplanned
