@@ -248,19 +248,21 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
 const NOTHING_STAGED: &str = "no deployment is staged: there is nothing to finalize";
 
 /// A reboot pivot makes that is not into a staged update (a rollback's): under `fleet_lock` it
-/// holds a slot too, given back at the next boot (or at once if the reboot fails).
+/// holds a slot too ([`fleet::slot_for_reboot`]), given back at the next boot, or at once if
+/// the reboot fails.
 async fn reboot_with_slot(
     node: &fleet::Node,
     config: &Config,
     target: &events::Target,
     why: &str,
 ) -> Result<()> {
-    match &config.strategy {
-        Strategy::FleetLock(lock) => {
-            fleet::with_slot(lock, node, async { reboot::reboot(target, why) }).await
-        }
-        _ => reboot::reboot(target, why),
+    fleet::slot_for_reboot(config, node).await?;
+    if let Err(e) = reboot::reboot(target, why) {
+        // No reboot follows: the slot is not held for one.
+        fleet::give_back(&node.state_dir).await;
+        return Err(e);
     }
+    Ok(())
 }
 
 /// `pivot config`: one line a key (value, then where it was set), then the health checks.
@@ -352,26 +354,19 @@ async fn confirm(args: ConfirmArgs) -> Result<Exit> {
                     if booted {
                         // Still down for the update: the FleetLock slot it was granted is kept
                         // until the node runs the previous deployment; without one (another
-                        // agent rebooted the node into it), the rollback's reboot takes one.
+                        // agent rebooted the node into it), the rollback's reboot takes one
+                        // ([`fleet::slot_for_reboot`]).
                         let why = "rebooting into the previous deployment";
                         match &loaded {
                             Ok((node, config)) => {
-                                let held = fleet::hold_through_this_boot(&node.state_dir)
-                                    .unwrap_or_else(|e| {
-                                        tracing::warn!(
-                                            "keeping the FleetLock slot through the rollback: {e:#}"
-                                        );
-                                        false
-                                    });
-                                match held {
-                                    true => {
-                                        if let Err(e) = reboot::reboot(&target, why) {
-                                            // No reboot follows: the slot is not held for one.
-                                            fleet::give_back(&node.state_dir).await;
-                                            return Err(e);
-                                        }
-                                    }
-                                    false => reboot_with_slot(node, config, &target, why).await?,
+                                // A slot only a local fault keeps from being taken (a record
+                                // that cannot be written): the remedy goes first.
+                                if let Err(e) = fleet::slot_for_reboot(config, node).await {
+                                    tracing::error!("rolling back without a FleetLock slot: {e:#}");
+                                }
+                                if let Err(e) = reboot::reboot(&target, why) {
+                                    fleet::give_back(&node.state_dir).await;
+                                    return Err(e);
                                 }
                             }
                             // The configuration is unreadable (its error fails the unit): the

@@ -481,6 +481,23 @@ pub async fn give_back(state_dir: &Path) {
     }
 }
 
+/// Makes sure the node holds a reboot slot for a reboot that is not into a staged update (a
+/// rollback's): under `fleet_lock`, the slot an earlier boot was granted and still holds (the
+/// update's, the node going down again for it) is kept through this boot, else one is taken.
+/// Under the other strategies there is nothing to hold. The caller reboots, and calls
+/// [`give_back`] if the reboot fails.
+pub async fn slot_for_reboot(config: &Config, node: &Node) -> Result<()> {
+    let Strategy::FleetLock(lock) = &config.strategy else {
+        return Ok(());
+    };
+    let state_dir = node.state_dir.clone();
+    if tokio::task::spawn_blocking(move || hold_through_this_boot(&state_dir)).await?? {
+        tracing::info!("keeping the FleetLock reboot slot through this reboot");
+        return Ok(());
+    }
+    take_slot(lock, node).await
+}
+
 /// Keeps the slot recorded in `state_dir` through this boot: the node reboots again for its
 /// update (a rollback), and gives the slot back only at the boot after. Returns whether a slot
 /// was recorded.

@@ -877,3 +877,46 @@ fn the_boot_unit_asks_once_and_leaves_the_wait_to_the_background() {
         "{boot_unit}"
     );
 }
+
+/// A rollback's reboot holds a slot too: the one the update was granted, kept through this
+/// boot when the node goes down again for it (a health check failed), else a new one (another
+/// agent rebooted the node into the update); under another strategy, none.
+#[test]
+fn a_rollback_reboot_holds_a_slot() {
+    let (env, server, node, id) = airlock_node();
+    let rt = runtime();
+    let config = pivot::run::fleet_node(&env.sysroot.path).unwrap().1;
+    // No slot held: one is taken.
+    rt.block_on(pivot::fleet::slot_for_reboot(&config, &node))
+        .unwrap();
+    assert_eq!(server.holders("workers"), [id.as_str()]);
+    let requests = server.requests().len();
+    assert_eq!(requests, 1);
+
+    // The update's slot, from the boot before: kept for this reboot, nothing asked.
+    reboot(&node);
+    rt.block_on(pivot::fleet::slot_for_reboot(&config, &node))
+        .unwrap();
+    assert_eq!(server.requests().len(), requests);
+    let slot = recorded(&node).unwrap();
+    assert_ne!(
+        slot.boot_id, "an-earlier-boot",
+        "not kept through this boot"
+    );
+    // ... and given back by the boot after, not by this one's steady-state.
+    assert_success(&env.subcommand("steady-state", &[]));
+    assert_eq!(server.holders("workers"), [id.as_str()]);
+
+    // Another strategy: nothing to hold.
+    std::fs::remove_file(node.state_dir.join(RECORD)).unwrap();
+    drop_in(
+        &env,
+        "50-fleet.toml",
+        "[reboot]\nstrategy = \"immediate\"\n",
+    );
+    let config = pivot::run::fleet_node(&env.sysroot.path).unwrap().1;
+    rt.block_on(pivot::fleet::slot_for_reboot(&config, &node))
+        .unwrap();
+    assert_eq!(server.requests().len(), requests);
+    assert!(recorded(&node).is_none());
+}
