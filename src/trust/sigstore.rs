@@ -95,17 +95,20 @@ impl Root {
     pub fn verify(&self, sig: &Attached) -> Result<String, (u8, String)> {
         let annotation = |key: &str| sig.annotations.get(key).map(String::as_str);
         let missing = |key: &str| (2, format!("the signature has no {key} annotation"));
-        let signature = annotation(SIGNATURE_ANNOTATION).ok_or_else(|| missing(SIGNATURE_ANNOTATION))?;
+        let signature =
+            annotation(SIGNATURE_ANNOTATION).ok_or_else(|| missing(SIGNATURE_ANNOTATION))?;
         let raw = super::x509::go_base64(signature.as_bytes())
             .map_err(|e| (2, format!("the signature is not base64: {e:#}")))?;
         let keys: Vec<PKey<Public>> = match self {
             Root::Keys(keys, None) => keys.0.clone(),
             Root::Keys(keys, Some(rekor)) => {
-                let bundle = annotation(BUNDLE_ANNOTATION).ok_or_else(|| missing(BUNDLE_ANNOTATION))?;
+                let bundle =
+                    annotation(BUNDLE_ANNOTATION).ok_or_else(|| missing(BUNDLE_ANNOTATION))?;
                 let mut failures = Vec::new();
                 let bound = keys.0.iter().find(|key| {
                     let pem = key.public_key_to_pem().unwrap_or_default();
-                    match rekor::verify_set(rekor, bundle.as_bytes(), &pem, signature, &sig.payload) {
+                    match rekor::verify_set(rekor, bundle.as_bytes(), &pem, signature, &sig.payload)
+                    {
                         Ok(_) => true,
                         Err(e) => {
                             failures.push(format!("{e:#}"));
@@ -116,16 +119,29 @@ impl Root {
                 match bound {
                     Some(key) => vec![key.clone()],
                     None => {
-                        return Err((2, format!("no trusted key matches the Rekor entry: {}", failures.join("; "))))
+                        return Err((
+                            2,
+                            format!(
+                                "no trusted key matches the Rekor entry: {}",
+                                failures.join("; ")
+                            ),
+                        ))
                     }
                 }
             }
             Root::Fulcio(fulcio, rekor) => {
-                let bundle = annotation(BUNDLE_ANNOTATION).ok_or_else(|| missing(BUNDLE_ANNOTATION))?;
+                let bundle =
+                    annotation(BUNDLE_ANNOTATION).ok_or_else(|| missing(BUNDLE_ANNOTATION))?;
                 let cert = annotation(CERTIFICATE_ANNOTATION)
                     .ok_or_else(|| missing(CERTIFICATE_ANNOTATION))?;
-                let time = rekor::verify_set(rekor, bundle.as_bytes(), cert.as_bytes(), signature, &sig.payload)
-                    .map_err(|e| (2, format!("{e:#}")))?;
+                let time = rekor::verify_set(
+                    rekor,
+                    bundle.as_bytes(),
+                    cert.as_bytes(),
+                    signature,
+                    &sig.payload,
+                )
+                .map_err(|e| (2, format!("{e:#}")))?;
                 let chain = annotation(CHAIN_ANNOTATION).map(str::as_bytes);
                 vec![fulcio
                     .verify_at(time, cert.as_bytes(), chain)
