@@ -70,6 +70,67 @@ pub(super) fn go_reads_key(key: &PKey<Public>) -> Result<bool> {
     Ok(named && der::spki_has_named_curve(&spki) && spki.ends_with(&point))
 }
 
+/// The key types a sigstore signature is verified with, as containers/image verifies them:
+/// `sigstore/sigstore` v1.9.5's `signature.LoadVerifier` (containers/image's go.mod) takes RSA
+/// (PKCS #1 v1.5), ECDSA and Ed25519 keys and nothing else, and the ECDSA keys Go's
+/// `x509.ParsePKIXPublicKey`/`ParseCertificate` return are on P-224, P-256, P-384 or P-521,
+/// named, with an uncompressed point. Go also parses DSA (still in Go 1.23, containers/image's
+/// `go` version) and X25519 keys, and certificates with RSA-PSS keys (a nil key): the verifier
+/// refuses all three, so every signature is refused. Else why not, naming the key's type.
+/// (P-224 is accepted: Go parses it and the verifier takes any ECDSA key.)
+pub(super) fn sigstore_verifies(key: &PKey<Public>) -> Result<()> {
+    let verifies = match key.id() {
+        Id::RSA | Id::ED25519 => true,
+        Id::EC => go_reads_key(key)?,
+        _ => false,
+    };
+    ensure!(
+        verifies,
+        "key type {}: containers/image verifies sigstore signatures with RSA, ECDSA (P-224, \
+         P-256, P-384, P-521) and Ed25519 keys only",
+        key_type(key)
+    );
+    Ok(())
+}
+
+/// The type of `key`, for messages: `RSA`, `DSA`, `RSA-PSS`, `ECDSA P-256`, `EC secp256k1`, …
+pub(super) fn key_type(key: &PKey<Public>) -> String {
+    let id = key.id();
+    let name = match id {
+        Id::RSA => "RSA",
+        Id::RSA_PSS => "RSA-PSS",
+        Id::DSA => "DSA",
+        Id::DH | Id::DHX => "Diffie-Hellman",
+        Id::ED25519 => "Ed25519",
+        Id::ED448 => "Ed448",
+        Id::X25519 => "X25519",
+        Id::X448 => "X448",
+        Id::EC => return ec_key_type(key),
+        _ => return format!("unknown (OpenSSL type {})", id.as_raw()),
+    };
+    name.to_owned()
+}
+
+fn ec_key_type(key: &PKey<Public>) -> String {
+    let spki = key.public_key_to_der().unwrap_or_default();
+    if !der::spki_has_named_curve(&spki) {
+        return "EC with explicit curve parameters".into();
+    }
+    let curve = key.ec_key().ok().and_then(|ec| ec.group().curve_name());
+    let go_name = match curve {
+        Some(Nid::SECP224R1) => "P-224",
+        Some(Nid::X9_62_PRIME256V1) => "P-256",
+        Some(Nid::SECP384R1) => "P-384",
+        Some(Nid::SECP521R1) => "P-521",
+        Some(nid) => return format!("EC {}", nid.short_name().unwrap_or("unnamed curve")),
+        None => return "EC (unknown curve)".into(),
+    };
+    match go_reads_key(key) {
+        Ok(true) => format!("ECDSA {go_name}"),
+        _ => format!("ECDSA {go_name} (compressed point)"),
+    }
+}
+
 /// A certificate as Go parsed it, with what Go's checks read from it.
 pub(super) struct Cert {
     pub x509: X509,
