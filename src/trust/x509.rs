@@ -7,10 +7,14 @@
 //! constraints, path lengths, name constraints): pivot links it already for TLS and sigstore
 //! keys, and its verifier is the one the distribution maintains. Where Go decides differently,
 //! Go's rule is applied here on the DER ([`der`]): the certificate must parse as Go parses it
-//! (DER only, no duplicate extensions, no negative serial, ASCII SAN names, Go's EC curves),
-//! the critical extensions must be ones Go understands, every certificate of the chain that
+//! (DER only, no duplicate extensions, no negative serial, ASCII SAN names, Go's EC curves,
+//! extended key usages a SEQUENCE of OIDs Go's `cryptobyte` reads, SANs a SEQUENCE), the
+//! critical extensions must be ones Go understands, every certificate of the chain that
 //! restricts extended key usages must allow code signing (OpenSSL 3.0 has no code-signing
-//! purpose), signatures use the algorithms Go verifies, and the last second of validity counts.
+//! purpose), signatures use the algorithms Go verifies (RSA-PSS with the parameters Go names),
+//! by RSA, ECDSA or Ed25519 issuer keys (Go's `checkSignature`), the last second of validity
+//! counts, and the leaf's key is one containers/image verifies signatures with
+//! ([`sigstore_verifies`]).
 
 mod der;
 mod pem;
@@ -259,8 +263,37 @@ pub(super) fn verify_chain(
             "{what} does not verify: certificate {depth} of the chain is signed with {}, which Go refuses",
             algorithm.long_name().unwrap_or("an unknown algorithm")
         );
+        ensure!(
+            depth == last || algorithm != Nid::RSASSAPSS || cert.parsed.go_pss_parameters(),
+            "{what} does not verify: certificate {depth} of the chain is signed with RSA-PSS \
+             parameters Go refuses (it takes SHA-256, SHA-384 or SHA-512, MGF1 with the same \
+             hash, a salt as long as the hash, trailer field 1)"
+        );
+        // Go's checkSignature verifies with RSA, ECDSA and Ed25519 keys only: an issuer with a
+        // DSA key, or an RSA-PSS one (which Go parses as no key), signs nothing Go accepts.
+        if depth > 0 {
+            let key = x509.public_key()?;
+            ensure!(
+                matches!(key.id(), Id::RSA | Id::EC | Id::ED25519),
+                "{what} does not verify: certificate {depth} of the chain has a key of type {}, \
+                 which Go verifies no certificate with",
+                key_type(&key)
+            );
+        }
     }
     Ok(())
+}
+
+/// The key of `leaf` (`what`, for messages), once trusted, if containers/image verifies
+/// signatures with its type ([`sigstore_verifies`]): a DSA or RSA-PSS leaf chains as well as any
+/// other in Go, and is refused when its key is loaded.
+pub(super) fn signing_key(what: &str, leaf: &Cert) -> Result<PKey<Public>> {
+    let key = leaf
+        .x509
+        .public_key()
+        .map_err(|e| anyhow!("{what} has a public key Go does not read: {e}"))?;
+    sigstore_verifies(&key).with_context(|| format!("{what} cannot verify the signature"))?;
+    Ok(key)
 }
 
 /// The verified chain, leaf first; or why not, at which depth, on which certificate.
