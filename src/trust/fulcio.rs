@@ -84,7 +84,7 @@ impl FulcioRoot {
                 self.subject_email
             );
         }
-        Ok(leaf.x509.public_key()?)
+        x509::signing_key("the Fulcio certificate", &leaf)
     }
 }
 

@@ -92,7 +92,7 @@ impl PkiRoot {
                 );
             }
         }
-        Ok(leaf.x509.public_key()?)
+        x509::signing_key("the PKI certificate", &leaf)
     }
 }
 

@@ -11,19 +11,27 @@
 //! is then checked with SHA-256 whatever the key, as containers/image does (sigstore's
 //! hard-coded hash, P-384 and P-521 keys included); Ed25519 signs the payload itself.
 //! OpenSSL (already linked for TLS) does the cryptography.
+//!
+//! The policy's keys are read as containers/image reads them (`signature/
+//! policy_eval_sigstore.go`, `prepareTrustRoot`: sigstore's `UnmarshalPEMToPublicKey`), and
+//! only the types its verifier takes are kept (`signature/internal/sigstore_payload.go`,
+//! `verifySigstorePayloadBlobSignature`: sigstore's `LoadVerifier`, for every key before any
+//! signature): [`PublicKeys::parse`]. One that fails refuses every signature.
 
 use std::collections::BTreeMap;
 
-use anyhow::{anyhow, ensure, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use oci_spec::image::ImageManifest;
 use openssl::hash::MessageDigest;
 use openssl::pkey::{Id, PKey, Public};
+use openssl::rsa::Rsa;
 use openssl::sign::Verifier;
 use serde::{Deserialize, Serialize};
 
 use super::fulcio::FulcioRoot;
 use super::pki::PkiRoot;
 use super::rekor::{self, RekorKeys};
+use super::x509;
 use super::MAX_SIGNATURES;
 use crate::fetch::image::to_oci;
 use crate::fetch::registry::Registry;
@@ -59,12 +67,51 @@ pub(crate) mod b64 {
     }
 }
 
-/// Public keys (PEM, any SubjectPublicKeyInfo: `cosign.pub`).
+/// The policy's public keys (`cosign.pub`).
 pub struct PublicKeys(pub Vec<PKey<Public>>);
 
 impl PublicKeys {
+    /// One key (`keyPath`, one of `keyPaths`, `keyData`, one of `keyDatas`), read as
+    /// containers/image reads it: `cryptoutils.UnmarshalPEMToPublicKey` of sigstore/sigstore
+    /// v1.9.5 takes the first PEM block, a `PUBLIC KEY` (SubjectPublicKeyInfo, Go's
+    /// `x509.ParsePKIXPublicKey`) or an `RSA PUBLIC KEY` (PKCS #1, `x509.ParsePKCS1PublicKey`);
+    /// then `signature.LoadVerifier` takes only the types [`x509::sigstore_verifies`] lists.
+    /// A key that fails either refuses every signature: containers/image loads all the
+    /// verifiers before it tries one, so that a broken fallback key is fixed before it is
+    /// needed. The DER must be the one OpenSSL writes back, as DER-strict as Go's parsers.
     pub fn parse(pem: &[u8]) -> Result<PublicKeys> {
-        let key = PKey::public_key_from_pem(pem).context("reading a PEM public key")?;
+        let (block, _) = x509::pem_decode(pem).ok_or_else(|| anyhow!("not a PEM public key"))?;
+        let key = match block.kind.as_slice() {
+            b"PUBLIC KEY" => {
+                let key = PKey::public_key_from_der(&block.bytes)
+                    .map_err(|e| anyhow!("not a public key Go reads: {e}"))?;
+                x509::sigstore_verifies(&key)?;
+                ensure!(
+                    key.public_key_to_der()? == block.bytes,
+                    "the {} public key is not in the DER form Go reads",
+                    x509::key_type(&key)
+                );
+                key
+            }
+            b"RSA PUBLIC KEY" => {
+                let rsa = Rsa::public_key_from_der_pkcs1(&block.bytes)
+                    .map_err(|e| anyhow!("not a PKCS #1 RSA public key: {e}"))?;
+                // Go: n and e positive, e under 2^31, nothing after the DER.
+                ensure!(
+                    !rsa.n().is_negative()
+                        && rsa.n().num_bits() > 0
+                        && !rsa.e().is_negative()
+                        && (1..=31).contains(&rsa.e().num_bits())
+                        && rsa.public_key_to_der_pkcs1()? == block.bytes,
+                    "the PKCS #1 RSA public key is not one Go reads"
+                );
+                PKey::from_rsa(rsa)?
+            }
+            kind => bail!(
+                "a {:?} PEM block, not a PUBLIC KEY or an RSA PUBLIC KEY",
+                String::from_utf8_lossy(kind)
+            ),
+        };
         Ok(PublicKeys(vec![key]))
     }
 
@@ -95,17 +142,20 @@ impl Root {
     pub fn verify(&self, sig: &Attached) -> Result<String, (u8, String)> {
         let annotation = |key: &str| sig.annotations.get(key).map(String::as_str);
         let missing = |key: &str| (2, format!("the signature has no {key} annotation"));
-        let signature = annotation(SIGNATURE_ANNOTATION).ok_or_else(|| missing(SIGNATURE_ANNOTATION))?;
+        let signature =
+            annotation(SIGNATURE_ANNOTATION).ok_or_else(|| missing(SIGNATURE_ANNOTATION))?;
         let raw = super::x509::go_base64(signature.as_bytes())
             .map_err(|e| (2, format!("the signature is not base64: {e:#}")))?;
         let keys: Vec<PKey<Public>> = match self {
             Root::Keys(keys, None) => keys.0.clone(),
             Root::Keys(keys, Some(rekor)) => {
-                let bundle = annotation(BUNDLE_ANNOTATION).ok_or_else(|| missing(BUNDLE_ANNOTATION))?;
+                let bundle =
+                    annotation(BUNDLE_ANNOTATION).ok_or_else(|| missing(BUNDLE_ANNOTATION))?;
                 let mut failures = Vec::new();
                 let bound = keys.0.iter().find(|key| {
                     let pem = key.public_key_to_pem().unwrap_or_default();
-                    match rekor::verify_set(rekor, bundle.as_bytes(), &pem, signature, &sig.payload) {
+                    match rekor::verify_set(rekor, bundle.as_bytes(), &pem, signature, &sig.payload)
+                    {
                         Ok(_) => true,
                         Err(e) => {
                             failures.push(format!("{e:#}"));
@@ -116,16 +166,29 @@ impl Root {
                 match bound {
                     Some(key) => vec![key.clone()],
                     None => {
-                        return Err((2, format!("no trusted key matches the Rekor entry: {}", failures.join("; "))))
+                        return Err((
+                            2,
+                            format!(
+                                "no trusted key matches the Rekor entry: {}",
+                                failures.join("; ")
+                            ),
+                        ))
                     }
                 }
             }
             Root::Fulcio(fulcio, rekor) => {
-                let bundle = annotation(BUNDLE_ANNOTATION).ok_or_else(|| missing(BUNDLE_ANNOTATION))?;
+                let bundle =
+                    annotation(BUNDLE_ANNOTATION).ok_or_else(|| missing(BUNDLE_ANNOTATION))?;
                 let cert = annotation(CERTIFICATE_ANNOTATION)
                     .ok_or_else(|| missing(CERTIFICATE_ANNOTATION))?;
-                let time = rekor::verify_set(rekor, bundle.as_bytes(), cert.as_bytes(), signature, &sig.payload)
-                    .map_err(|e| (2, format!("{e:#}")))?;
+                let time = rekor::verify_set(
+                    rekor,
+                    bundle.as_bytes(),
+                    cert.as_bytes(),
+                    signature,
+                    &sig.payload,
+                )
+                .map_err(|e| (2, format!("{e:#}")))?;
                 let chain = annotation(CHAIN_ANNOTATION).map(str::as_bytes);
                 vec![fulcio
                     .verify_at(time, cert.as_bytes(), chain)
@@ -222,3 +285,6 @@ pub fn from_blob(blob: &[u8]) -> Result<Attached> {
         annotations: blob.annotations,
     })
 }
+
+#[cfg(test)]
+mod tests;

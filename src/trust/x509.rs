@@ -7,10 +7,14 @@
 //! constraints, path lengths, name constraints): pivot links it already for TLS and sigstore
 //! keys, and its verifier is the one the distribution maintains. Where Go decides differently,
 //! Go's rule is applied here on the DER ([`der`]): the certificate must parse as Go parses it
-//! (DER only, no duplicate extensions, no negative serial, ASCII SAN names, Go's EC curves),
-//! the critical extensions must be ones Go understands, every certificate of the chain that
+//! (DER only, no duplicate extensions, no negative serial, ASCII SAN names, Go's EC curves,
+//! extended key usages a SEQUENCE of OIDs Go's `cryptobyte` reads, SANs a SEQUENCE), the
+//! critical extensions must be ones Go understands, every certificate of the chain that
 //! restricts extended key usages must allow code signing (OpenSSL 3.0 has no code-signing
-//! purpose), signatures use the algorithms Go verifies, and the last second of validity counts.
+//! purpose), signatures use the algorithms Go verifies (RSA-PSS with the parameters Go names),
+//! by RSA, ECDSA or Ed25519 issuer keys (Go's `checkSignature`), the last second of validity
+//! counts, and the leaf's key is one containers/image verifies signatures with
+//! ([`sigstore_verifies`]).
 
 mod der;
 mod pem;
@@ -68,6 +72,67 @@ pub(super) fn go_reads_key(key: &PKey<Public>) -> Result<bool> {
     let point = ec.public_key().to_bytes(group, form, &mut ctx)?;
     let spki = key.public_key_to_der()?;
     Ok(named && der::spki_has_named_curve(&spki) && spki.ends_with(&point))
+}
+
+/// The key types a sigstore signature is verified with, as containers/image verifies them:
+/// `sigstore/sigstore` v1.9.5's `signature.LoadVerifier` (containers/image's go.mod) takes RSA
+/// (PKCS #1 v1.5), ECDSA and Ed25519 keys and nothing else, and the ECDSA keys Go's
+/// `x509.ParsePKIXPublicKey`/`ParseCertificate` return are on P-224, P-256, P-384 or P-521,
+/// named, with an uncompressed point. Go also parses DSA (still in Go 1.23, containers/image's
+/// `go` version) and X25519 keys, and certificates with RSA-PSS keys (a nil key): the verifier
+/// refuses all three, so every signature is refused. Else why not, naming the key's type.
+/// (P-224 is accepted: Go parses it and the verifier takes any ECDSA key.)
+pub(super) fn sigstore_verifies(key: &PKey<Public>) -> Result<()> {
+    let verifies = match key.id() {
+        Id::RSA | Id::ED25519 => true,
+        Id::EC => go_reads_key(key)?,
+        _ => false,
+    };
+    ensure!(
+        verifies,
+        "key type {}: containers/image verifies sigstore signatures with RSA, ECDSA (P-224, \
+         P-256, P-384, P-521) and Ed25519 keys only",
+        key_type(key)
+    );
+    Ok(())
+}
+
+/// The type of `key`, for messages: `RSA`, `DSA`, `RSA-PSS`, `ECDSA P-256`, `EC secp256k1`, …
+pub(super) fn key_type(key: &PKey<Public>) -> String {
+    let id = key.id();
+    let name = match id {
+        Id::RSA => "RSA",
+        Id::RSA_PSS => "RSA-PSS",
+        Id::DSA => "DSA",
+        Id::DH | Id::DHX => "Diffie-Hellman",
+        Id::ED25519 => "Ed25519",
+        Id::ED448 => "Ed448",
+        Id::X25519 => "X25519",
+        Id::X448 => "X448",
+        Id::EC => return ec_key_type(key),
+        _ => return format!("unknown (OpenSSL type {})", id.as_raw()),
+    };
+    name.to_owned()
+}
+
+fn ec_key_type(key: &PKey<Public>) -> String {
+    let spki = key.public_key_to_der().unwrap_or_default();
+    if !der::spki_has_named_curve(&spki) {
+        return "EC with explicit curve parameters".into();
+    }
+    let curve = key.ec_key().ok().and_then(|ec| ec.group().curve_name());
+    let go_name = match curve {
+        Some(Nid::SECP224R1) => "P-224",
+        Some(Nid::X9_62_PRIME256V1) => "P-256",
+        Some(Nid::SECP384R1) => "P-384",
+        Some(Nid::SECP521R1) => "P-521",
+        Some(nid) => return format!("EC {}", nid.short_name().unwrap_or("unnamed curve")),
+        None => return "EC (unknown curve)".into(),
+    };
+    match go_reads_key(key) {
+        Ok(true) => format!("ECDSA {go_name}"),
+        _ => format!("ECDSA {go_name} (compressed point)"),
+    }
 }
 
 /// A certificate as Go parsed it, with what Go's checks read from it.
@@ -198,8 +263,37 @@ pub(super) fn verify_chain(
             "{what} does not verify: certificate {depth} of the chain is signed with {}, which Go refuses",
             algorithm.long_name().unwrap_or("an unknown algorithm")
         );
+        ensure!(
+            depth == last || algorithm != Nid::RSASSAPSS || cert.parsed.go_pss_parameters(),
+            "{what} does not verify: certificate {depth} of the chain is signed with RSA-PSS \
+             parameters Go refuses (it takes SHA-256, SHA-384 or SHA-512, MGF1 with the same \
+             hash, a salt as long as the hash, trailer field 1)"
+        );
+        // Go's checkSignature verifies with RSA, ECDSA and Ed25519 keys only: an issuer with a
+        // DSA key, or an RSA-PSS one (which Go parses as no key), signs nothing Go accepts.
+        if depth > 0 {
+            let key = x509.public_key()?;
+            ensure!(
+                matches!(key.id(), Id::RSA | Id::EC | Id::ED25519),
+                "{what} does not verify: certificate {depth} of the chain has a key of type {}, \
+                 which Go verifies no certificate with",
+                key_type(&key)
+            );
+        }
     }
     Ok(())
+}
+
+/// The key of `leaf` (`what`, for messages), once trusted, if containers/image verifies
+/// signatures with its type ([`sigstore_verifies`]): a DSA or RSA-PSS leaf chains as well as any
+/// other in Go, and is refused when its key is loaded.
+pub(super) fn signing_key(what: &str, leaf: &Cert) -> Result<PKey<Public>> {
+    let key = leaf
+        .x509
+        .public_key()
+        .map_err(|e| anyhow!("{what} has a public key Go does not read: {e}"))?;
+    sigstore_verifies(&key).with_context(|| format!("{what} cannot verify the signature"))?;
+    Ok(key)
 }
 
 /// The verified chain, leaf first; or why not, at which depth, on which certificate.

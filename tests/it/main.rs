@@ -33,4 +33,5 @@ mod rollback;
 mod signature_sources;
 mod signatures;
 mod signatures_key_validity;
+mod sigstore_keys;
 mod space;

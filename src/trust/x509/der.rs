@@ -64,6 +64,8 @@ pub(crate) struct Parsed {
     pub ips: Vec<Vec<u8>>,
     uris: usize,
     extended_key_usages: Option<Vec<Vec<u8>>>,
+    /// The contents of the certificate's signature AlgorithmIdentifier.
+    signature_algorithm: Vec<u8>,
     /// Name constraints of a form Go does not check.
     unhandled_name_constraints: bool,
 }
@@ -91,7 +93,10 @@ pub(crate) fn parse(cert: &[u8], v3: bool) -> Result<Parsed> {
         inner_algorithm.1 == *outer_algorithm,
         "inner and outer signature algorithms differ"
     );
-    let mut parsed = Parsed::default();
+    let mut parsed = Parsed {
+        signature_algorithm: outer_algorithm.to_vec(),
+        ..Parsed::default()
+    };
     let Some((_, extensions)) = fields.find(|(tag, _)| *tag == 0xa3).filter(|_| v3) else {
         return Ok(parsed);
     };
@@ -103,6 +108,7 @@ pub(crate) fn parse(cert: &[u8], v3: bool) -> Result<Parsed> {
             [(0x06, oid), (0x01, [b @ (0 | 0xff)]), (0x04, value)] => (oid, *b == 0xff, value),
             _ => bail!("malformed certificate extension"),
         };
+        ensure!(go_oid(oid), "malformed certificate extension identifier");
         ensure!(
             !parsed.extensions.iter().any(|e| e.oid == *oid),
             "the certificate contains duplicate extensions ({})",
@@ -117,7 +123,11 @@ pub(crate) fn parse(cert: &[u8], v3: bool) -> Result<Parsed> {
         if *oid == ce(17) {
             parsed.read_subject_alt_names(value)?;
         } else if *oid == ce(37) {
-            let list = tlv(value).and_then(|(_, c, _)| elements(c));
+            // Go: a SEQUENCE of OBJECT IDENTIFIERs, or the certificate does not parse.
+            let list = tlv(value)
+                .filter(|(tag, _, _)| *tag == 0x30)
+                .and_then(|(_, c, _)| elements(c))
+                .filter(|list| list.iter().all(|(tag, oid)| *tag == 0x06 && go_oid(oid)));
             let list = list.ok_or_else(|| anyhow!("malformed extended key usage"))?;
             parsed.extended_key_usages = Some(list.iter().map(|(_, oid)| oid.to_vec()).collect());
         } else if *oid == ce(30) {
@@ -134,7 +144,10 @@ pub(crate) fn parse(cert: &[u8], v3: bool) -> Result<Parsed> {
 
 impl Parsed {
     fn read_subject_alt_names(&mut self, value: &[u8]) -> Result<()> {
-        let names = tlv(value).and_then(|(_, c, _)| elements(c));
+        // Go: a SEQUENCE of names, or the certificate does not parse.
+        let names = tlv(value)
+            .filter(|(tag, _, _)| *tag == 0x30)
+            .and_then(|(_, c, _)| elements(c));
         for (tag, name) in names.ok_or_else(|| anyhow!("malformed subject alternative names"))? {
             let ascii = || {
                 let text = std::str::from_utf8(name).ok().filter(|t| t.is_ascii());
@@ -189,6 +202,91 @@ impl Parsed {
                 || usages
                     .iter()
                     .any(|u| u == CODE_SIGNING || u == ANY_EXTENDED_KEY_USAGE)
+        })
+    }
+}
+
+/// An OBJECT IDENTIFIER's contents as Go's `cryptobyte` reads them
+/// (`ReadASN1ObjectIdentifier`): not empty, every arc in minimal base 128 and under 2^31.
+pub(crate) fn go_oid(oid: &[u8]) -> bool {
+    let mut arc: u32 = 0;
+    let mut start = true;
+    for &b in oid {
+        if start && b == 0x80 {
+            return false;
+        }
+        if arc >= 1 << (31 - 7) {
+            return false;
+        }
+        arc = arc << 7 | u32::from(b & 0x7f);
+        start = b & 0x80 == 0;
+        if start {
+            arc = 0;
+        }
+    }
+    !oid.is_empty() && start
+}
+
+/// `sha256`, `sha384`, `sha512` (2.16.840.1.101.3.4.2.1-3) and their hash lengths.
+const PSS_HASHES: [([u8; 9], u8); 3] = [
+    ([0x60, 0x86, 0x48, 1, 0x65, 3, 4, 2, 1], 32),
+    ([0x60, 0x86, 0x48, 1, 0x65, 3, 4, 2, 2], 48),
+    ([0x60, 0x86, 0x48, 1, 0x65, 3, 4, 2, 3], 64),
+];
+/// `id-mgf1` (1.2.840.113549.1.1.8).
+const MGF1: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 1, 1, 8];
+
+impl Parsed {
+    /// Whether the certificate's RSASSA-PSS parameters are the ones Go's
+    /// `getSignatureAlgorithmFromAI` names (any other is an unknown algorithm to it): SHA-256,
+    /// -384 or -512 (parameters absent or NULL), MGF1 with the same hash, a salt as long as the
+    /// hash, the trailer field 1 (absent or explicit).
+    pub fn go_pss_parameters(&self) -> bool {
+        let params = elements(&self.signature_algorithm)
+            .and_then(|parts| match parts.as_slice() {
+                [(0x06, _), (0x30, params)] => elements(params),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let algorithm = |explicit: &[u8]| -> Option<(Vec<u8>, bool)> {
+            let (tag, contents, rest) = tlv(explicit)?;
+            let parts = elements(contents).filter(|_| tag == 0x30 && rest.is_empty())?;
+            match parts.as_slice() {
+                [(0x06, oid)] => Some((oid.to_vec(), true)),
+                [(0x06, oid), (0x05, [])] => Some((oid.to_vec(), true)),
+                [(0x06, oid), (_, _)] => Some((oid.to_vec(), false)),
+                _ => None,
+            }
+        };
+        let (hash, mgf, salt, trailer) = match params.as_slice() {
+            [(0xa0, h), (0xa1, m), (0xa2, s)] => (h, m, s, None),
+            [(0xa0, h), (0xa1, m), (0xa2, s), (0xa3, t)] => (h, m, s, Some(t)),
+            _ => return false,
+        };
+        let Some((hash, true)) = algorithm(hash) else {
+            return false;
+        };
+        // MGF1's parameter is itself an AlgorithmIdentifier: the same hash.
+        let mgf_hash = tlv(mgf).and_then(|(tag, contents, rest)| {
+            let parts = elements(contents).filter(|_| tag == 0x30 && rest.is_empty())?;
+            match parts.as_slice() {
+                [(0x06, oid), (0x30, _)] if *oid == MGF1 => {
+                    let (_, _, after) = tlv(contents)?;
+                    algorithm(after)
+                }
+                _ => None,
+            }
+        });
+        let Some((mgf_hash, true)) = mgf_hash else {
+            return false;
+        };
+        let int = |explicit: &[u8]| match tlv(explicit) {
+            Some((0x02, [n], [])) if *n < 0x80 => Some(*n),
+            _ => None,
+        };
+        let trailer_ok = trailer.is_none_or(|t| int(t) == Some(1));
+        PSS_HASHES.iter().any(|(oid, len)| {
+            hash == oid && mgf_hash == hash && int(salt) == Some(*len) && trailer_ok
         })
     }
 }

@@ -136,7 +136,12 @@ impl TestCa {
 
     /// A leaf, PEM, with these extensions: (OID, critical, DER value).
     pub fn leaf(&self, extensions: &[Extension]) -> Vec<u8> {
-        let mut b = builder(&name("leaf"), &key(), now());
+        self.leaf_with_key(&key(), extensions)
+    }
+
+    /// [`TestCa::leaf`] for the public half of `key`.
+    pub fn leaf_with_key(&self, key: &PKey<Private>, extensions: &[Extension]) -> Vec<u8> {
+        let mut b = builder(&name("leaf"), key, now());
         b.set_issuer_name(self.cert.subject_name()).unwrap();
         for (oid, critical, value) in extensions {
             let oid = Asn1Object::from_str(oid).unwrap();

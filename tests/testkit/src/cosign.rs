@@ -76,6 +76,77 @@ pub fn openssl_sign(private: &Path, payload: &[u8]) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
+/// A key pair made by `openssl genpkey` with `args` (`-algorithm RSA-PSS`, `-algorithm EC
+/// -pkeyopt ec_paramgen_curve:secp256k1`, …) in `dir`: (private key PEM path, public key PEM
+/// path, a SubjectPublicKeyInfo). `-algorithm DSA` gets 2048-bit parameters generated first.
+pub fn genpkey_pair(
+    dir: &Path,
+    name: &str,
+    args: &[&str],
+) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    let mut genpkey: Vec<String> = vec!["genpkey".into()];
+    if args == ["-algorithm", "DSA"] {
+        let params = dir.join(format!("{name}.params"));
+        run_openssl(&[
+            "genpkey",
+            "-genparam",
+            "-algorithm",
+            "DSA",
+            "-pkeyopt",
+            "dsa_paramgen_bits:2048",
+            "-out",
+            &params.display().to_string(),
+        ])?;
+        genpkey.extend(["-paramfile".into(), params.display().to_string()]);
+    } else {
+        genpkey.extend(args.iter().map(|a| a.to_string()));
+    }
+    genpkey.extend(["-out".into(), private.display().to_string()]);
+    run_openssl(&genpkey.iter().map(String::as_str).collect::<Vec<_>>())?;
+    run_openssl(&[
+        "pkey",
+        "-in",
+        &private.display().to_string(),
+        "-pubout",
+        "-out",
+        &public.display().to_string(),
+    ])?;
+    Ok((private, public))
+}
+
+/// Runs `openssl` with `args`; its standard output.
+pub fn run_openssl(args: &[&str]) -> Result<Vec<u8>> {
+    let out = Command::new("openssl")
+        .args(args)
+        .output()
+        .context("running openssl")?;
+    ensure!(out.status.success(), "openssl {args:?}: {out:?}");
+    Ok(out.stdout)
+}
+
+/// The signature of `payload` by the key at `private` as cosign makes it for its type: SHA-256
+/// (`openssl dgst`) for RSA (PKCS #1 v1.5, or PSS for an RSA-PSS key), ECDSA and DSA; the
+/// payload itself (`openssl pkeyutl -rawin`) for Ed25519 and Ed448.
+pub fn openssl_sign_any(private: &Path, payload: &[u8]) -> Result<Vec<u8>> {
+    if let Ok(signature) = openssl_sign(private, payload) {
+        return Ok(signature);
+    }
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("payload");
+    std::fs::write(&input, payload)?;
+    run_openssl(&[
+        "pkeyutl",
+        "-sign",
+        "-rawin",
+        "-inkey",
+        &private.display().to_string(),
+        "-in",
+        &input.display().to_string(),
+    ])
+}
+
 /// Attaches `signatures` (payload, DER signature) to the manifest `digest` of `repository`.
 pub fn attach_signatures(
     registry: &Registry,
