@@ -184,6 +184,19 @@ impl Trust {
             return Ok(Verified::NoPolicy);
         };
         let (scope, requirements) = policy.requirements_for(image);
+        // containers/image cannot parse such a name at all (an IPv6 host, a name over 255
+        // characters): which of its scopes would apply, a tag- or digest-specific one
+        // included, cannot be known, so any requirement the policy makes of registry images
+        // refuses it.
+        if image.transport == Transport::Registry
+            && identity::image_reference(image).is_none()
+            && policy.requires_anything_of_registry_images()
+        {
+            bail!(
+                "{image} is refused by the signature policy {}: containers/image cannot parse this name (an IPv6 host, or a name over 255 characters), so no scope of the policy can be matched to it, and the policy requires signatures or refusals of registry images",
+                path.display()
+            );
+        }
         let mut keys = Vec::new();
         for requirement in requirements {
             match evaluate::requirement(requirement, image, digest, evidence) {
@@ -280,5 +293,34 @@ mod tests {
         assert!(default_policy(&path).is_err());
         std::fs::write(&path, r#"{"default": [{"type": "reject"}]}"#).unwrap();
         assert!(default_policy(&path).unwrap().is_some());
+    }
+
+    /// A name containers/image cannot parse never falls through to a broader scope: any
+    /// requirement the policy makes of registry images refuses it; a policy that accepts
+    /// everything still accepts it.
+    #[test]
+    fn names_containers_image_cannot_parse_are_refused_where_signatures_are_required() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.json");
+        let judge = |policy: &str, image: &str| {
+            std::fs::write(&path, policy).unwrap();
+            let trust = Trust::load(Some(&path), Some(dir.path())).unwrap();
+            let image = ImageRef::parse(image).unwrap();
+            trust.judge(&image, &format!("sha256:{}", "a".repeat(64)), &Evidence::default())
+        };
+        let accept = r#"{"default": [{"type": "insecureAcceptAnything"}]}"#;
+        // Only the tag-specific scope of the image requires a signature.
+        let tagged = r#"{"default": [{"type": "insecureAcceptAnything"}],
+            "transports": {"docker": {"[::1]:5000/os:v2": [{"type": "reject"}]}}}"#;
+        let long = format!("reg.example/{}:v2", "a".repeat(250));
+        for image in ["[::1]:5000/os:v2", long.as_str()] {
+            assert!(judge(accept, image).is_ok(), "{image}");
+            let err = format!("{:#}", judge(tagged, image).unwrap_err());
+            assert!(err.contains("cannot parse this name") && !err.contains('\n'), "{err}");
+            let reject = r#"{"default": [{"type": "reject"}]}"#;
+            assert!(judge(reject, image).is_err(), "{image}");
+        }
+        // A name it parses gets its own scope's verdict.
+        assert!(judge(tagged, "reg.example/os:v2").is_ok());
     }
 }

@@ -211,6 +211,21 @@ impl Policy {
         Ok(policy)
     }
 
+    /// Whether any scope that may apply to a registry image (the `docker` transport's or the
+    /// default) requires more than `insecureAcceptAnything`.
+    pub fn requires_anything_of_registry_images(&self) -> bool {
+        let lax = |rs: &[Requirement]| {
+            rs.iter()
+                .all(|r| matches!(r, Requirement::InsecureAcceptAnything {}))
+        };
+        !lax(&self.default)
+            || self
+                .transports
+                .0
+                .get("docker")
+                .is_some_and(|scopes| scopes.0.values().any(|rs| !lax(rs)))
+    }
+
     /// The requirements for `image` and the scope they come from (`transport scope`, or
     /// `default`).
     pub fn requirements_for(&self, image: &ImageRef) -> (String, &[Requirement]) {
