@@ -128,11 +128,34 @@ pub enum Requirement {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SignedBy {
     pub key_type: KeyType,
+    /// Present (even `""` or `null`) counts as given, as there: `gotKeyPath` in
+    /// `prSignedBy.UnmarshalJSON`.
+    #[serde(default, deserialize_with = "present")]
     pub key_path: Option<String>,
     pub key_paths: Option<Vec<String>>,
     /// Base64 of the keyring.
     pub key_data: Option<String>,
+    #[serde(default, deserialize_with = "identity_not_null")]
     pub signed_identity: Option<SignedIdentity>,
+}
+
+/// A field that is there, whatever its value: `null` reads as the type's zero value, as Go's
+/// decoder leaves it.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d).map(|v| Some(v.unwrap_or_default()))
+}
+
+/// `signedIdentity`, which may be left out but not be `null` (containers/image reads `null`
+/// as a match of no known type and refuses the policy).
+fn identity_not_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SignedIdentity>, D::Error> {
+    match Option::<SignedIdentity>::deserialize(d)? {
+        Some(identity) => Ok(Some(identity)),
+        None => Err(serde::de::Error::custom(
+            "signedIdentity is null, which is no identity match (leave it out for the default)",
+        )),
+    }
 }
 
 /// `sigstoreSigned`: cosign signatures, by key (with or without Rekor), keyless or by PKI.
@@ -149,6 +172,7 @@ pub struct SigstoreSigned {
     pub rekor_public_key_paths: Option<Vec<String>>,
     pub rekor_public_key_data: Option<String>,
     pub rekor_public_key_datas: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "identity_not_null")]
     pub signed_identity: Option<SignedIdentity>,
 }
 
@@ -303,8 +327,11 @@ impl Requirement {
     fn check(&self) -> Result<()> {
         match self {
             Requirement::SignedBy(r) => {
+                // As `prSignedBy.UnmarshalJSON`: exactly one of the three present, and an
+                // empty keyPath is none (`newPRSignedBy` counts only a non-empty one).
                 ensure!(
-                    given(&[nonempty(&r.key_path), r.key_paths.is_some(), r.key_data.is_some()]) == 1,
+                    given(&[r.key_path.is_some(), r.key_paths.is_some(), r.key_data.is_some()]) == 1
+                        && r.key_path.as_ref().is_none_or(|p| !p.is_empty()),
                     "signedBy needs exactly one of keyPath, keyPaths and keyData"
                 );
                 if let Some(data) = &r.key_data {

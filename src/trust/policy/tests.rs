@@ -128,6 +128,28 @@ fn a_policy_containers_image_refuses_is_refused_whole() {
             r#"{"default": [{"type": "signedBy", "keyType": "GPGKeys", "keyData": "!!"}]}"#,
             "not base64",
         ),
+        // Present counts, whatever the value: containers/image's gotKeyPath.
+        (
+            r#"{"default": [{"type": "signedBy", "keyType": "GPGKeys", "keyPath": "", "keyData": "AA=="}]}"#,
+            "exactly one of",
+        ),
+        (
+            r#"{"default": [{"type": "signedBy", "keyType": "GPGKeys", "keyPath": null, "keyData": "AA=="}]}"#,
+            "exactly one of",
+        ),
+        (
+            r#"{"default": [{"type": "signedBy", "keyType": "GPGKeys", "keyPath": null}]}"#,
+            "exactly one of",
+        ),
+        // A null identity is a match of no known type there.
+        (
+            r#"{"default": [{"type": "signedBy", "keyType": "GPGKeys", "keyPath": "/k", "signedIdentity": null}]}"#,
+            "signedIdentity",
+        ),
+        (
+            r#"{"default": [{"type": "sigstoreSigned", "keyPath": "/k", "signedIdentity": null}]}"#,
+            "signedIdentity",
+        ),
         (
             r#"{"default": [{"type": "sigstoreSigned", "fulcio": {"caPath": "/c", "oidcIssuer": "i", "subjectEmail": "e"}, "keyPath": "/k", "rekorPublicKeyPath": "/r"}]}"#,
             "exactly one of",
