@@ -53,7 +53,7 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(300);
 /// with no bound of its own, before it answers.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// The largest `interval` or `timeout`: a day.
-const MAX_SECONDS: u64 = 24 * 3600;
+pub const MAX_SECONDS: u64 = 24 * 3600;
 
 /// When a node reboots into a staged update.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

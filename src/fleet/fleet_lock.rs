@@ -138,12 +138,17 @@ impl Client {
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| crate::fetch::retry_after::parse(v, SystemTime::now()))
-            .map(|d| d.min(MAX_RETRY_AFTER));
+            .and_then(retry_after);
         // A refusal's body is a short JSON error; more is not read.
         let text = read_at_most(response, 64 * 1024).await;
         Ok(refusal(status, &text, retry_after))
     }
+}
+
+/// A `Retry-After` value, bounded by [`MAX_RETRY_AFTER`]; `None` for one that is neither
+/// delay-seconds nor an HTTP-date (the interval applies).
+fn retry_after(value: &str) -> Option<Duration> {
+    crate::fetch::retry_after::parse(value, SystemTime::now()).map(|d| d.min(MAX_RETRY_AFTER))
 }
 
 async fn read_at_most(mut response: reqwest::Response, limit: usize) -> String {
@@ -255,6 +260,19 @@ mod tests {
         // A body that tries to break the log line is kept on one.
         let odd = refusal(500, "{\"kind\":\"a\\nb\",\"value\":\"c\\r\\nd\"}", None);
         assert!(!odd.to_string().contains('\n'), "{odd}");
+    }
+
+    #[test]
+    fn retry_after_is_bounded_at_every_extreme() {
+        assert_eq!(retry_after("120"), Some(Duration::from_secs(120)));
+        for huge in ["99999999999999999999", "86401", "Fri, 31 Dec 9999 23:59:59 GMT"] {
+            assert_eq!(retry_after(huge), Some(MAX_RETRY_AFTER), "{huge}");
+        }
+        // A date in the past is no wait; anything else is no value at all.
+        assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+        for junk in ["", " ", "-1", "1.5", "soon", "0x10"] {
+            assert_eq!(retry_after(junk), None, "{junk:?}");
+        }
     }
 
     #[test]

@@ -165,17 +165,9 @@ pub async fn take_slot(lock: &FleetLock, node: &Node) -> Result<()> {
     .await?;
     let client = Client::new(lock, id)?;
     loop {
-        slot.may_hold = true;
-        record(&node.state_dir, &slot).await?;
-        let answer = client.pre_reboot().await;
-        if let Some(refused) = answer.as_ref().ok().filter(|a| a.is_from_server()) {
-            // The server's own no: this node holds no slot there.
-            slot.may_hold = false;
-            record(&node.state_dir, &slot).await?;
-            tracing::debug!("pre-reboot refused: {refused}");
-        }
+        let answer = ask(&client, &mut slot, &node.state_dir).await?;
         if let Ok(Answer::Granted) = answer {
-            break;
+            return Ok(());
         }
         let what = format!(
             "waiting for a reboot slot from the FleetLock server {} (id {}, group {})",
@@ -183,13 +175,29 @@ pub async fn take_slot(lock: &FleetLock, node: &Node) -> Result<()> {
         );
         wait_after(lock.interval, &answer, &what).await;
     }
-    tracing::info!(
-        "the FleetLock server {} granted a reboot slot to {} (group {})",
-        client.base_url,
-        client.id,
-        client.group
-    );
-    Ok(())
+}
+
+/// One `pre-reboot` request for `slot`, recorded around it: "may hold" before the request,
+/// cleared again only by the server's own refusal (a node the server refuses holds no slot
+/// there). Errors are the record's; the request's own outcome is the answer.
+async fn ask(client: &Client, slot: &mut Slot, state_dir: &Path) -> Result<Result<Answer>> {
+    slot.may_hold = true;
+    record(state_dir, slot).await?;
+    let answer = client.pre_reboot().await;
+    match &answer {
+        Ok(Answer::Granted) => tracing::info!(
+            "the FleetLock server {} granted a reboot slot to {} (group {})",
+            client.base_url,
+            client.id,
+            client.group
+        ),
+        Ok(refused) if refused.is_from_server() => {
+            slot.may_hold = false;
+            record(state_dir, slot).await?;
+        }
+        _ => {}
+    }
+    Ok(answer)
 }
 
 /// Asks for a reboot slot once: whether the server granted it. Not at all while a slot of an
@@ -202,7 +210,7 @@ pub async fn ask_once(lock: &FleetLock, node: &Node) -> Result<bool> {
     {
         let records = lock_records(&node.state_dir).await?;
         if let Some(recorded) = records.read()? {
-            if recorded.boot_id != boot || recorded.give_back || !recorded.same_slot(&slot) {
+            if !recorded.held_for_reboot_in(&boot) || !recorded.same_slot(&slot) {
                 tracing::info!(
                     "a reboot slot taken earlier ({}, id {}) is still to be given back: {BACKGROUND_UNIT} gives it back, then asks for this one",
                     recorded.base_url,
@@ -211,25 +219,10 @@ pub async fn ask_once(lock: &FleetLock, node: &Node) -> Result<bool> {
                 return Ok(false);
             }
         }
-        records.write(&slot)?;
     }
     let client = Client::new(lock, id)?;
-    let answer = client.pre_reboot().await;
-    if let Some(refused) = answer.as_ref().ok().filter(|a| a.is_from_server()) {
-        slot.may_hold = false;
-        record(&node.state_dir, &slot).await?;
-        tracing::debug!("pre-reboot refused: {refused}");
-    }
-    let why = match answer {
-        Ok(Answer::Granted) => {
-            tracing::info!(
-                "the FleetLock server {} granted a reboot slot to {} (group {})",
-                client.base_url,
-                client.id,
-                client.group
-            );
-            return Ok(true);
-        }
+    let why = match ask(&client, &mut slot, &node.state_dir).await? {
+        Ok(Answer::Granted) => return Ok(true),
         Ok(refused) => refused.to_string(),
         Err(e) => format!("{e:#}"),
     };
@@ -318,11 +311,11 @@ pub async fn steady_state(state_dir: &Path, current_id: Option<&str>) -> Result<
     let records = lock_records(state_dir).await?;
     match records.read()? {
         None => return Ok(Released::Nothing),
-        Some(slot) if slot.boot_id == boot && !slot.give_back => return Ok(Released::ThisBoot),
+        Some(slot) if slot.held_for_reboot_in(&boot) => return Ok(Released::ThisBoot),
         Some(_) => {}
     }
     drop(records);
-    release(state_dir, current_id, |slot| slot.boot_id != boot || slot.give_back).await
+    release(state_dir, current_id, |slot| !slot.held_for_reboot_in(&boot)).await
 }
 
 /// Gives back the recorded slot while `which` says it is one to give back (the record is read
@@ -394,7 +387,7 @@ pub async fn report_steady(lock: &FleetLock, node: &Node) -> Result<Released> {
     loop {
         // Under the record's lock: a slot taken meanwhile waits for this request to end.
         let records = lock_records(&node.state_dir).await?;
-        if records.read()?.is_some_and(|s| s.boot_id == boot && !s.give_back) {
+        if records.read()?.is_some_and(|s| s.held_for_reboot_in(&boot)) {
             return Ok(Released::ThisBoot);
         }
         let answer = client.steady_state().await;
@@ -521,30 +514,35 @@ fn jittered(interval: Duration) -> Duration {
 }
 
 /// Waits after `answer`, a no or a failed request, saying why (`what` pivot is doing, and the
-/// answer): the interval, slower for a configuration to fix, and never less than the
-/// answer's `Retry-After`. A wait longer than a plain refusal's is logged as an error: the
-/// node's group may stall on it.
+/// answer), for [`delay_after`]. A wait longer than a plain refusal's is logged as an error:
+/// the node's group may stall on it.
 async fn wait_after(interval: Duration, answer: &Result<Answer>, what: &str) {
-    let (delay, why) = match answer {
-        Ok(refused) => {
-            let base = match refused.is_misconfiguration() {
-                true => interval.saturating_mul(MISCONFIGURED_INTERVALS),
-                false => interval,
-            };
-            let delay = jittered(base).max(refused.retry_after().unwrap_or_default());
-            (delay, refused.to_string())
-        }
-        Err(e) => (jittered(interval), format!("{e:#}")),
+    let delay = delay_after(interval, answer);
+    let why = match answer {
+        Ok(refused) => refused.to_string(),
+        Err(e) => format!("{e:#}"),
     };
-    let message = format!(
-        "{what}: {why}; asking again in {:.0} s",
-        delay.as_secs_f64()
-    );
+    let message = format!("{what}: {why}; asking again in {:.0} s", delay.as_secs_f64());
     match delay > interval.saturating_add(interval / 10) {
         true => tracing::error!("{message}"),
         false => tracing::warn!("{message}"),
     }
     tokio::time::sleep(delay).await;
+}
+
+/// How long to wait after `answer`: the interval (jittered), slower for a configuration to fix,
+/// and never less than the answer's `Retry-After` (bounded by the client). Saturates.
+fn delay_after(interval: Duration, answer: &Result<Answer>) -> Duration {
+    match answer {
+        Ok(refused) => {
+            let base = match refused.is_misconfiguration() {
+                true => interval.saturating_mul(MISCONFIGURED_INTERVALS),
+                false => interval,
+            };
+            jittered(base).max(refused.retry_after().unwrap_or_default())
+        }
+        Err(_) => jittered(interval),
+    }
 }
 
 #[cfg(test)]
@@ -585,6 +583,30 @@ mod tests {
         // A sentinel that cannot be written is an error, not a silent reboot or nothing.
         let err = run(&Strategy::Sentinel, &dir.path().join("missing/reboot-required"));
         assert!(format!("{:#}", err.unwrap_err()).contains("reboot sentinel"));
+    }
+
+    #[test]
+    fn the_wait_after_an_answer_is_bounded_and_never_before_retry_after() {
+        let refused = |status, retry_after| {
+            Ok(Answer::Refused {
+                status,
+                kind: None,
+                why: String::new(),
+                retry_after,
+            })
+        };
+        let interval = Duration::from_secs(300);
+        let plain = delay_after(interval, &refused(423, None));
+        assert!((interval..=interval + interval / 10).contains(&plain), "{plain:?}");
+        let misconfigured = delay_after(interval, &refused(400, None));
+        assert!(misconfigured >= interval * 6, "{misconfigured:?}");
+        let asked = fleet_lock::MAX_RETRY_AFTER;
+        assert_eq!(delay_after(interval, &refused(429, Some(asked))), asked);
+        let failed = delay_after(interval, &Err(anyhow::anyhow!("connection refused")));
+        assert!(failed <= interval + interval / 10);
+        // At the configuration's limit, a slow retry does not overflow.
+        let day = Duration::from_secs(config::MAX_SECONDS);
+        assert!(delay_after(day, &refused(400, Some(asked))) >= day * 6);
     }
 
     #[test]

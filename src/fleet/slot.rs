@@ -86,13 +86,15 @@ impl Slot {
         }
     }
 
-    /// The server it was asked of, with the cadence it was asked at.
+    /// The server it was asked of, with the cadence it was asked at (a recorded value outside
+    /// what the configuration allows reads as the default).
     pub fn lock(&self) -> FleetLock {
         let mut lock = FleetLock::new(&self.base_url, &self.group);
-        if let Some(interval) = self.interval.filter(|&s| s > 0) {
+        let allowed = |s: &u64| (1..=super::config::MAX_SECONDS).contains(s);
+        if let Some(interval) = self.interval.filter(allowed) {
             lock.interval = Duration::from_secs(interval);
         }
-        if let Some(timeout) = self.timeout.filter(|&s| s > 0) {
+        if let Some(timeout) = self.timeout.filter(allowed) {
             lock.timeout = Duration::from_secs(timeout);
         }
         lock
@@ -112,6 +114,12 @@ impl Slot {
         };
         let pre_reboot = steady_state.join("pre-reboot")?;
         Client::with_endpoints(&self.lock(), self.id.clone(), pre_reboot, steady_state)
+    }
+
+    /// Whether it stands for a reboot still to come in the boot `boot`: asked for in it, and
+    /// not to be given back at once (then nothing may release it yet).
+    pub fn held_for_reboot_in(&self, boot: &str) -> bool {
+        self.boot_id == boot && !self.give_back
     }
 
     /// Whether it names the same slot as `other`: server, group and id.
@@ -255,5 +263,15 @@ mod tests {
         let new = records.read().unwrap().unwrap();
         assert_eq!(new.client().unwrap().steady_state_url().as_str(), "http://h/v1/steady-state");
         assert_eq!(new.lock().interval.as_secs(), 7);
+        // A cadence no configuration allows (0, or never again) reads as the default.
+        for seconds in [0, u64::MAX] {
+            let odd = Slot {
+                interval: Some(seconds),
+                timeout: Some(seconds),
+                ..new.clone()
+            };
+            assert_eq!(odd.lock().interval, super::super::config::DEFAULT_INTERVAL);
+            assert_eq!(odd.lock().timeout, super::super::config::DEFAULT_TIMEOUT);
+        }
     }
 }
