@@ -87,47 +87,17 @@ fn keys_containers_image_does_not_load_refuse_every_signature_and_pkcs1_rsa_veri
 
     // Each type containers/image does not verify with, though the signature by it is valid.
     let mut dsa_pub = PathBuf::new();
-    for (name, args, what) in [
-        ("dsa", &["-algorithm", "DSA"][..], "key type DSA"),
-        ("rsa-pss", &["-algorithm", "RSA-PSS"], "key type RSA-PSS"),
-        (
-            "secp256k1",
-            &[
-                "-algorithm",
-                "EC",
-                "-pkeyopt",
-                "ec_paramgen_curve:secp256k1",
-            ],
-            "key type EC secp256k1",
-        ),
-        (
-            "brainpool",
-            &[
-                "-algorithm",
-                "EC",
-                "-pkeyopt",
-                "ec_paramgen_curve:brainpoolP256r1",
-            ],
-            "key type EC brainpoolP256r1",
-        ),
-        (
-            "explicit",
-            &[
-                "-algorithm",
-                "EC",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-pkeyopt",
-                "ec_param_enc:explicit",
-            ],
-            "key type EC with explicit curve parameters",
-        ),
-    ] {
+    let refused = ["dsa", "rsa-pss", "secp256k1", "brainpool", "explicit"];
+    for (name, args, what) in pivot_testkit::SIGSTORE_KEY_TYPES
+        .iter()
+        .filter(|(name, _, _)| refused.contains(name))
+    {
+        let what = what.expect("a type containers/image refuses");
         let (private, public) = genpkey_pair(dir.path(), name, args).unwrap();
         sign_and_attach(&env, &image, &private);
         let args = trust(name, &[&public]);
         refused_in_one_line(&env, &with_args(&args, &[&image.by_tag]), what);
-        if name == "dsa" {
+        if *name == "dsa" {
             dsa_pub = public;
         }
     }

@@ -3,7 +3,9 @@
 //! their type.
 
 use base64::Engine;
-use pivot_testkit::{cosign_payload, genpkey_pair, openssl_sign_any, run_openssl};
+use pivot_testkit::{
+    cosign_payload, genpkey_pair, openssl_sign_any, run_openssl, SIGSTORE_KEY_TYPES as KEYS,
+};
 
 use super::*;
 
@@ -19,75 +21,6 @@ fn attached(private: &std::path::Path) -> Attached {
     }
 }
 
-/// (name, `openssl genpkey` arguments, None: verifies; Some: the type the refusal names).
-const KEYS: &[(&str, &[&str], Option<&str>)] = &[
-    (
-        "rsa",
-        &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
-        None,
-    ),
-    (
-        "p224",
-        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-224"],
-        None,
-    ),
-    (
-        "p256",
-        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
-        None,
-    ),
-    (
-        "p384",
-        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384"],
-        None,
-    ),
-    (
-        "p521",
-        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-521"],
-        None,
-    ),
-    ("ed25519", &["-algorithm", "ED25519"], None),
-    ("dsa", &["-algorithm", "DSA"], Some("key type DSA")),
-    (
-        "rsa-pss",
-        &["-algorithm", "RSA-PSS", "-pkeyopt", "rsa_keygen_bits:2048"],
-        Some("key type RSA-PSS"),
-    ),
-    (
-        "secp256k1",
-        &[
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:secp256k1",
-        ],
-        Some("key type EC secp256k1"),
-    ),
-    (
-        "brainpool",
-        &[
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:brainpoolP256r1",
-        ],
-        Some("key type EC brainpoolP256r1"),
-    ),
-    (
-        "explicit",
-        &[
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-pkeyopt",
-            "ec_param_enc:explicit",
-        ],
-        Some("key type EC with explicit curve parameters"),
-    ),
-    ("ed448", &["-algorithm", "ED448"], Some("key type Ed448")),
-    ("x25519", &["-algorithm", "X25519"], Some("key type X25519")),
-];
 
 #[test]
 fn keys_of_the_types_containers_image_verifies_with_verify_and_no_others_load() {

@@ -76,6 +76,78 @@ pub fn openssl_sign(private: &Path, payload: &[u8]) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
+/// Key types `openssl genpkey` makes, as a `sigstoreSigned` policy may name them: (name,
+/// `openssl genpkey` arguments, None: containers/image verifies with it; Some: the type pivot
+/// names when it refuses to load it). For [`genpkey_pair`].
+pub const SIGSTORE_KEY_TYPES: &[(&str, &[&str], Option<&str>)] = &[
+    (
+        "rsa",
+        &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+        None,
+    ),
+    (
+        "p224",
+        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-224"],
+        None,
+    ),
+    (
+        "p256",
+        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        None,
+    ),
+    (
+        "p384",
+        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384"],
+        None,
+    ),
+    (
+        "p521",
+        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-521"],
+        None,
+    ),
+    ("ed25519", &["-algorithm", "ED25519"], None),
+    ("dsa", &["-algorithm", "DSA"], Some("key type DSA")),
+    (
+        "rsa-pss",
+        &["-algorithm", "RSA-PSS", "-pkeyopt", "rsa_keygen_bits:2048"],
+        Some("key type RSA-PSS"),
+    ),
+    (
+        "secp256k1",
+        &[
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:secp256k1",
+        ],
+        Some("key type EC secp256k1"),
+    ),
+    (
+        "brainpool",
+        &[
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:brainpoolP256r1",
+        ],
+        Some("key type EC brainpoolP256r1"),
+    ),
+    (
+        "explicit",
+        &[
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-pkeyopt",
+            "ec_param_enc:explicit",
+        ],
+        Some("key type EC with explicit curve parameters"),
+    ),
+    ("ed448", &["-algorithm", "ED448"], Some("key type Ed448")),
+    ("x25519", &["-algorithm", "X25519"], Some("key type X25519")),
+];
+
 /// A key pair made by `openssl genpkey` with `args` (`-algorithm RSA-PSS`, `-algorithm EC
 /// -pkeyopt ec_paramgen_curve:secp256k1`, …) in `dir`: (private key PEM path, public key PEM
 /// path, a SubjectPublicKeyInfo). `-algorithm DSA` gets 2048-bit parameters generated first.
