@@ -140,58 +140,14 @@ fn keys_containers_image_does_not_load_refuse_every_signature_and_pkcs1_rsa_veri
 /// `leaf_args` and the extensions lines `extensions` (`openssl x509 -extfile`); (CA PEM path,
 /// leaf private key, leaf PEM).
 fn pki_chain(dir: &Path, leaf_args: &[&str], extensions: &str) -> (PathBuf, PathBuf, Vec<u8>) {
-    let path = |name: &str| dir.join(name).display().to_string();
-    let ec = ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"];
-    let (ca_key, _) = genpkey_pair(dir, "ca", &ec).unwrap();
-    let (leaf_key, _) = genpkey_pair(dir, "leaf", leaf_args).unwrap();
-    let (ca_arg, leaf_arg) = (ca_key.display().to_string(), leaf_key.display().to_string());
-    let (ca, csr, ext, leaf) = (
-        path("ca.pem"),
-        path("leaf.csr"),
-        path("leaf.ext"),
-        path("leaf.pem"),
-    );
-    run_openssl(&[
-        "req",
-        "-x509",
-        "-new",
-        "-key",
-        &ca_arg,
-        "-subj",
-        "/CN=root CA",
-        "-days",
-        "1",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-out",
-        &ca,
-    ])
-    .unwrap();
-    run_openssl(&[
-        "req", "-new", "-key", &leaf_arg, "-subj", "/CN=leaf", "-out", &csr,
-    ])
-    .unwrap();
-    std::fs::write(&ext, extensions).unwrap();
-    run_openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        &csr,
-        "-CA",
-        &ca,
-        "-CAkey",
-        &ca_arg,
-        "-set_serial",
-        "2",
-        "-days",
-        "1",
-        "-extfile",
-        &ext,
-        "-out",
-        &leaf,
-    ])
-    .unwrap();
-    (PathBuf::from(ca), leaf_key, std::fs::read(leaf).unwrap())
+    let chain = pivot_testkit::OpensslChain {
+        ca_key: pivot_testkit::P256,
+        ca_extensions: &[],
+        leaf_key: leaf_args,
+        leaf_extensions: extensions,
+        sigopts: &[],
+    };
+    pivot_testkit::openssl_chain(dir, &chain).unwrap()
 }
 
 #[test]

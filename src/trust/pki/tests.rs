@@ -328,80 +328,16 @@ fn openssl_chain_with(
     ca_extensions: &[&str],
     sigopts: &[&str],
 ) -> (Vec<u8>, Vec<u8>) {
-    use pivot_testkit::{genpkey_pair, run_openssl};
-    let path = |name: &str| dir.join(name).display().to_string();
-    let (ca_key, _) = genpkey_pair(dir, "ca", ca_args).unwrap();
-    let leaf_args = ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"];
-    let (leaf_key, _) = genpkey_pair(dir, "leaf", &leaf_args).unwrap();
-    let (ca_key, leaf_key) = (ca_key.display().to_string(), leaf_key.display().to_string());
-    let ca_pem = path("ca.pem");
-    let mut req = vec![
-        "req",
-        "-x509",
-        "-new",
-        "-key",
-        &ca_key,
-        "-subj",
-        "/CN=root CA",
-        "-days",
-        "1",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-out",
-        &ca_pem,
-    ];
-    for extension in ca_extensions {
-        req.extend(["-addext", extension]);
-    }
-    run_openssl(&req).unwrap();
-    run_openssl(&[
-        "req",
-        "-new",
-        "-key",
-        &leaf_key,
-        "-subj",
-        "/CN=leaf",
-        "-out",
-        &path("leaf.csr"),
-    ])
-    .unwrap();
-    std::fs::write(
-        dir.join("leaf.ext"),
-        format!("subjectAltName=email:test-user@example.com,DNS:{HOST}\n"),
-    )
-    .unwrap();
-    let (csr, ca_pem, ext, leaf) = (
-        path("leaf.csr"),
-        path("ca.pem"),
-        path("leaf.ext"),
-        path("leaf.pem"),
-    );
-    let mut args = vec![
-        "x509",
-        "-req",
-        "-in",
-        &csr,
-        "-CA",
-        &ca_pem,
-        "-CAkey",
-        &ca_key,
-        "-set_serial",
-        "2",
-        "-days",
-        "1",
-        "-extfile",
-        &ext,
-        "-out",
-        &leaf,
-    ];
-    for opt in sigopts {
-        args.extend(["-sigopt", opt]);
-    }
-    run_openssl(&args).unwrap();
-    (
-        std::fs::read(dir.join("ca.pem")).unwrap(),
-        std::fs::read(leaf).unwrap(),
-    )
+    let leaf_extensions = format!("subjectAltName=email:test-user@example.com,DNS:{HOST}\n");
+    let chain = pivot_testkit::OpensslChain {
+        ca_key: ca_args,
+        ca_extensions,
+        leaf_key: pivot_testkit::P256,
+        leaf_extensions: &leaf_extensions,
+        sigopts,
+    };
+    let (ca, _, leaf) = pivot_testkit::openssl_chain(dir, &chain).unwrap();
+    (std::fs::read(ca).unwrap(), leaf)
 }
 
 /// A chain case: its name, the CA's `genpkey` arguments, the leaf's `-sigopt`s, the expected

@@ -6,7 +6,7 @@
 //! are made by the `openssl` command, with keys it generates.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
@@ -282,4 +282,83 @@ pub fn attach_annotated(
             media_type: "application/vnd.oci.image.manifest.v1+json",
         }],
     )
+}
+
+/// A CA and a leaf certificate made by `openssl`, for PKI and Fulcio chains ([`openssl_chain`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Chain<'a> {
+    /// `genpkey` arguments of the CA's key.
+    pub ca_key: &'a [&'a str],
+    /// More `-addext` extensions of the CA (besides `basicConstraints=critical,CA:TRUE`).
+    pub ca_extensions: &'a [&'a str],
+    /// `genpkey` arguments of the leaf's key.
+    pub leaf_key: &'a [&'a str],
+    /// The leaf's extension lines (`openssl x509 -extfile`).
+    pub leaf_extensions: &'a str,
+    /// `-sigopt`s of the CA's signature on the leaf.
+    pub sigopts: &'a [&'a str],
+}
+
+/// `openssl genpkey` arguments of a P-256 key.
+pub const P256: &[&str] = &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"];
+
+/// Makes `chain` in `dir`: a self-signed CA `/CN=root CA` and a leaf `/CN=leaf` it signs (serial
+/// 2, valid a day); (CA PEM path, leaf private key path, leaf PEM).
+pub fn openssl_chain(dir: &Path, chain: &Chain) -> Result<(PathBuf, PathBuf, Vec<u8>)> {
+    let path = |name: &str| dir.join(name).display().to_string();
+    let (ca_key, _) = genpkey_pair(dir, "ca", chain.ca_key)?;
+    let (leaf_key, _) = genpkey_pair(dir, "leaf", chain.leaf_key)?;
+    let (ca_arg, leaf_arg) = (ca_key.display().to_string(), leaf_key.display().to_string());
+    let (ca, csr, ext, leaf) = (
+        path("ca.pem"),
+        path("leaf.csr"),
+        path("leaf.ext"),
+        path("leaf.pem"),
+    );
+    let mut req = vec![
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        &ca_arg,
+        "-subj",
+        "/CN=root CA",
+        "-days",
+        "1",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-out",
+        &ca,
+    ];
+    for extension in chain.ca_extensions {
+        req.extend(["-addext", extension]);
+    }
+    run_openssl(&req)?;
+    run_openssl(&[
+        "req", "-new", "-key", &leaf_arg, "-subj", "/CN=leaf", "-out", &csr,
+    ])?;
+    std::fs::write(&ext, chain.leaf_extensions)?;
+    let mut sign = vec![
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_arg,
+        "-set_serial",
+        "2",
+        "-days",
+        "1",
+        "-extfile",
+        &ext,
+        "-out",
+        &leaf,
+    ];
+    for opt in chain.sigopts {
+        sign.extend(["-sigopt", opt]);
+    }
+    run_openssl(&sign)?;
+    Ok((PathBuf::from(ca), leaf_key, std::fs::read(leaf)?))
 }
