@@ -360,20 +360,8 @@ fn a_native_object_whose_content_does_not_match_its_name_is_refused() {
 
 /// The layer count of `pivot/native:<name>` in the registry.
 fn manifest_layers(env: &Env, name: &str) -> usize {
-    let out = Command::new("skopeo")
-        .args(["inspect", "--raw", "--tls-verify=false"])
-        .arg(format!(
-            "docker://{}/pivot/native:{name}",
-            env.registry.host()
-        ))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let raw = raw_manifest(&format!("{}/pivot/native:{name}", env.registry.host()));
+    let manifest: serde_json::Value = serde_json::from_slice(&raw).unwrap();
     manifest["layers"].as_array().unwrap().len()
 }
 

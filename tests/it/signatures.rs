@@ -73,13 +73,7 @@ impl Signer {
     pub(crate) fn sign(&self, image: &PushedImage, identity: &str) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
         let manifest = dir.path().join("manifest.json");
-        let out = Command::new("skopeo")
-            .args(["inspect", "--raw", "--tls-verify=false"])
-            .arg(format!("docker://{}", image.by_digest))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "skopeo inspect: {out:?}");
-        std::fs::write(&manifest, &out.stdout).unwrap();
+        std::fs::write(&manifest, raw_manifest(&image.by_digest)).unwrap();
         let signature = dir.path().join("signature");
         let out = Command::new("skopeo")
             .env("GNUPGHOME", self.home.path())

@@ -516,3 +516,15 @@ pub fn insecure_via(env: &mut Env, proxy: &pivot_testkit::FaultProxy) {
         proxy.host()
     ));
 }
+
+/// The manifest of `reference` (`host/repo:tag` or `@digest`) exactly as the registry serves
+/// it, read by skopeo (an independent client).
+pub fn raw_manifest(reference: &str) -> Vec<u8> {
+    let out = Command::new("skopeo")
+        .args(["inspect", "--raw", "--tls-verify=false"])
+        .arg(format!("docker://{reference}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "skopeo inspect: {out:?}");
+    out.stdout
+}
