@@ -137,12 +137,26 @@ impl Client {
         let retry_after = response
             .headers()
             .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(retry_after);
+            .map(|v| v.as_bytes().to_vec());
         // A refusal's body is a short JSON error; more is not read.
-        let text = read_at_most(response, 64 * 1024).await;
-        Ok(refusal(status, &text, retry_after))
+        let body = read_at_most(response, MAX_BODY).await;
+        Ok(refused(status, retry_after.as_deref(), &body))
     }
+}
+
+/// The most of a refusal's body that is read.
+const MAX_BODY: usize = 64 * 1024;
+/// The most of a refusal's reason (or kind) that is kept: it goes into one journal line.
+const MAX_WHY: usize = 200;
+
+/// The answer a refusal makes: status `status`, the `Retry-After` header's bytes if it was sent,
+/// and (the start of) its body. Whatever a server or a gateway sends, this is a refusal whose
+/// texts are one short line each and whose wait is at most [`MAX_RETRY_AFTER`].
+pub fn refused(status: u16, retry_after_header: Option<&[u8]>, body: &[u8]) -> Answer {
+    let retry_after = retry_after_header
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(retry_after);
+    refusal(status, &String::from_utf8_lossy(body), retry_after)
 }
 
 /// A `Retry-After` value, bounded by [`MAX_RETRY_AFTER`]; `None` for one that is neither
@@ -151,7 +165,7 @@ fn retry_after(value: &str) -> Option<Duration> {
     crate::fetch::retry_after::parse(value, SystemTime::now()).map(|d| d.min(MAX_RETRY_AFTER))
 }
 
-async fn read_at_most(mut response: reqwest::Response, limit: usize) -> String {
+async fn read_at_most(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
     let mut body = Vec::new();
     while let Ok(Some(chunk)) = response.chunk().await {
         body.extend_from_slice(&chunk);
@@ -160,7 +174,7 @@ async fn read_at_most(mut response: reqwest::Response, limit: usize) -> String {
             break;
         }
     }
-    String::from_utf8_lossy(&body).into_owned()
+    body
 }
 
 /// A refusal with status `status` and body `text`.
@@ -168,19 +182,27 @@ fn refusal(status: u16, text: &str, retry_after: Option<Duration>) -> Answer {
     match serde_json::from_str::<ErrorBody>(text) {
         Ok(error) => Answer::Refused {
             status,
-            kind: Some(crate::node::logging::one_line(&error.kind)),
-            why: crate::node::logging::one_line(&error.value),
+            kind: Some(short(&error.kind)),
+            why: short(&error.value),
             retry_after,
         },
         Err(_) => Answer::Refused {
             status,
             kind: None,
-            why: crate::node::logging::one_line(
-                text.chars().take(200).collect::<String>().trim(),
-            ),
+            why: short(text),
             retry_after,
         },
     }
+}
+
+/// `text` on one line (no control character left), at most [`MAX_WHY`] characters of it.
+fn short(text: &str) -> String {
+    let line: String = crate::node::logging::one_line(text)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_WHY)
+        .collect();
+    line.trim().to_string()
 }
 
 impl Answer {
@@ -260,6 +282,41 @@ mod tests {
         // A body that tries to break the log line is kept on one.
         let odd = refusal(500, "{\"kind\":\"a\\nb\",\"value\":\"c\\r\\nd\"}", None);
         assert!(!odd.to_string().contains('\n'), "{odd}");
+    }
+
+    /// A server or gateway may send a body of any size (only [`MAX_BODY`] bytes of it are read):
+    /// the reason kept stays one short line.
+    #[test]
+    fn a_huge_refusal_keeps_a_short_reason() {
+        let value = "x".repeat(MAX_BODY);
+        let body = format!("{{\"kind\":\"{}\",\"value\":\"{value}\"}}", "k".repeat(1000));
+        let Answer::Refused { kind, why, .. } = refused(423, None, body.as_bytes()) else {
+            panic!("granted")
+        };
+        assert_eq!((kind.unwrap().len(), why.len()), (MAX_WHY, MAX_WHY));
+        let Answer::Refused { why, .. } = refused(502, None, &vec![b'<'; MAX_BODY]) else {
+            panic!("granted")
+        };
+        assert_eq!(why.len(), MAX_WHY);
+    }
+
+    proptest::proptest! {
+        /// Any status, `Retry-After` bytes and body: a refusal, its texts one line of at most
+        /// [`MAX_WHY`] characters, its wait at most [`MAX_RETRY_AFTER`]; never a panic.
+        #[test]
+        fn any_refusal_is_bounded(
+            status in 300u16..1000,
+            retry in proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)),
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+        ) {
+            let Answer::Refused { kind, why, retry_after, .. } = refused(status, retry.as_deref(), &body) else {
+                panic!("a refusal was taken for a grant")
+            };
+            for text in kind.iter().chain([&why]) {
+                proptest::prop_assert!(text.chars().count() <= MAX_WHY && !text.contains(['\n', '\r']));
+            }
+            proptest::prop_assert!(retry_after.is_none_or(|d| d <= MAX_RETRY_AFTER));
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod download_only;
 mod fleet;
 mod greenboot;
 mod handover;
+mod headers;
 mod health;
 mod hostile;
 mod kargs;

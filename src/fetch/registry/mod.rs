@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::fetch::config::auth::AuthFiles;
 use crate::fetch::config::certs;
 use crate::fetch::config::registries::{RegistriesConf, Source};
+use crate::fetch::content_range;
 use crate::fetch::reference::ImageRef;
 use crate::fetch::retry::{self, RetryPolicy};
 
@@ -328,10 +329,22 @@ impl Registry {
                 .pull_blob_stream_partial(&reference, &desc, offset, None)
         });
         match partial.await? {
-            BlobResponse::Partial(sized) => Ok(BlobStream {
-                remaining: sized.content_length,
-                stream: sized.stream,
-            }),
+            BlobResponse::Partial(sized) => {
+                // Bytes from anywhere but `offset` must not be joined to those already read.
+                let size = u64::try_from(desc.size).unwrap_or_default();
+                content_range::parse(&sized.content_ranges)
+                    .and_then(|range| content_range::check(range, offset, size))
+                    .map_err(|e| {
+                        OciDistributionError::SpecViolationError(format!(
+                            "the registry's answer to resuming {} at byte {offset} has an unusable Content-Range: {e:#}",
+                            desc.digest
+                        ))
+                    })?;
+                Ok(BlobStream {
+                    remaining: sized.content_length,
+                    stream: sized.stream,
+                })
+            }
             // The server ignored the Range header: skip what we already have.
             BlobResponse::Full(sized) => Ok(BlobStream {
                 remaining: sized.content_length.map(|n| n.saturating_sub(offset)),

@@ -27,6 +27,15 @@ pub enum FaultKind {
         body: Vec<u8>,
         endless: Option<u8>,
     },
+    /// Answer `status` with exactly these headers (any bytes, as a hostile registry or proxy
+    /// might send) and `body`, without contacting upstream.
+    Answer {
+        status: u16,
+        headers: Vec<(String, Vec<u8>)>,
+        body: Vec<u8>,
+    },
+    /// Proxy normally, but replace the response header `name` with `value` (or add it).
+    SetHeader { name: String, value: Vec<u8> },
     /// Relay upstream's response without its Content-Length, then keep
     /// sending zero bytes after its body until the client hangs up: more
     /// bytes than any descriptor declares, without end.
@@ -128,6 +137,37 @@ impl Fault {
                 content_type: content_type.into(),
                 body,
                 endless: Some(filler),
+            },
+        )
+    }
+
+    /// Answers `status` with `headers` and `body`, never asking upstream.
+    pub fn answer(
+        path_contains: &str,
+        status: u16,
+        headers: &[(&str, &[u8])],
+        body: &[u8],
+    ) -> Fault {
+        Fault::new(
+            path_contains,
+            FaultKind::Answer {
+                status,
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_vec()))
+                    .collect(),
+                body: body.to_vec(),
+            },
+        )
+    }
+
+    /// Proxies the request, with the answer's header `name` set to `value`.
+    pub fn set_header(path_contains: &str, name: &str, value: &[u8]) -> Fault {
+        Fault::new(
+            path_contains,
+            FaultKind::SetHeader {
+                name: name.into(),
+                value: value.to_vec(),
             },
         )
     }

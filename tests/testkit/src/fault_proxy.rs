@@ -189,6 +189,7 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
     let mut stall = None;
     let mut overflow = false;
     let mut rate = None;
+    let mut set_header = None;
     match fault {
         Some(FaultKind::Reset) => {
             // Zero linger turns the close into a RST: "connection reset by peer".
@@ -253,6 +254,39 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
             }
             return Ok(());
         }
+        Some(FaultKind::Answer {
+            status,
+            headers,
+            body,
+        }) => {
+            let mut reply = format!("HTTP/1.1 {status} Injected\r\n").into_bytes();
+            for (name, value) in &headers {
+                reply.extend_from_slice(format!("{name}: ").as_bytes());
+                reply.extend_from_slice(value);
+                reply.extend_from_slice(b"\r\n");
+            }
+            let with_body = method != "HEAD";
+            reply.extend_from_slice(
+                format!(
+                    "Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            if with_body {
+                reply.extend_from_slice(&body);
+            }
+            client
+                .write_all(&reply)
+                .await
+                .context("writing injected answer")?;
+            state.update(idx, |r| {
+                r.status = Some(status);
+                r.body_bytes = if with_body { body.len() as u64 } else { 0 };
+            });
+            return Ok(());
+        }
+        Some(FaultKind::SetHeader { name, value }) => set_header = Some((name, value)),
         Some(FaultKind::Overflow) => overflow = true,
         Some(FaultKind::Delay(d)) => tokio::time::sleep(d).await,
         Some(FaultKind::DropAfter(n)) => limit = Some(n),
@@ -293,7 +327,13 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
         let _ = tokio::io::copy(&mut cl_r, &mut up_w).await;
         let _ = up_w.shutdown().await;
     });
-    let result = relay_response(&mut up_r, &mut cl_w, state, idx, limit, overflow, rate).await;
+    let edits = Edits {
+        limit,
+        overflow,
+        rate,
+        set_header,
+    };
+    let result = relay_response(&mut up_r, &mut cl_w, state, idx, edits).await;
     body_up.abort();
     if let (Ok(true), Some(d)) = (&result, stall) {
         drop(busy);
@@ -302,17 +342,32 @@ async fn handle(mut client: TcpStream, state: &State) -> Result<()> {
     result.map(|_| ())
 }
 
-/// Relays the upstream response, at most `limit` body bytes, at most `rate`
-/// body bytes per second. Returns whether the limit cut the body short.
+/// How a relayed response is changed on its way.
+struct Edits {
+    /// At most this many body bytes.
+    limit: Option<u64>,
+    /// No Content-Length, and zero bytes after the body, without end.
+    overflow: bool,
+    /// At most this many body bytes per second.
+    rate: Option<u64>,
+    /// This header (name, raw value) replaces upstream's.
+    set_header: Option<(String, Vec<u8>)>,
+}
+
+/// Relays the upstream response as `edits` say. Returns whether the limit cut the body short.
 async fn relay_response(
     up: &mut tokio::net::tcp::OwnedReadHalf,
     client: &mut tokio::net::tcp::OwnedWriteHalf,
     state: &State,
     idx: usize,
-    limit: Option<u64>,
-    overflow: bool,
-    rate: Option<u64>,
+    edits: Edits,
 ) -> Result<bool> {
+    let Edits {
+        limit,
+        overflow,
+        rate,
+        set_header,
+    } = edits;
     let Some((mut head, mut pending)) = read_head(up).await? else {
         anyhow::bail!("upstream closed without a response");
     };
@@ -321,8 +376,17 @@ async fn relay_response(
     if overflow {
         head.remove("Content-Length");
     }
+    let mut head_bytes = head.to_bytes();
+    if let Some((name, value)) = set_header {
+        head.remove(&name);
+        head_bytes = head.to_bytes();
+        head_bytes.truncate(head_bytes.len() - 2); // the blank line
+        head_bytes.extend_from_slice(format!("{name}: ").as_bytes());
+        head_bytes.extend_from_slice(&value);
+        head_bytes.extend_from_slice(b"\r\n\r\n");
+    }
     client
-        .write_all(&head.to_bytes())
+        .write_all(&head_bytes)
         .await
         .context("writing response head")?;
     let mut sent = 0u64;

@@ -15,6 +15,9 @@ pub struct SizedStream {
     /// (in addition to the layer digest) for validation when using partial requests as the library
     /// can't validate against the full response.
     pub digest_header_value: Option<String>,
+    /// Every `Content-Range` value the answer carried (patched in for pivot, which checks a
+    /// `206`'s range before it combines the bytes with what it has: see PATCHED.md).
+    pub content_ranges: Vec<String>,
     /// The stream of bytes
     pub stream: BoxStream<'static, Result<bytes::Bytes, std::io::Error>>,
 }

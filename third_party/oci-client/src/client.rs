@@ -2349,6 +2349,24 @@ fn empty_image_index() -> OciImageIndex {
 }
 
 /// Converts a response into a stream
+/// The digest a blob answer's `Docker-Content-Digest` value names, checked as
+/// `stream_from_response` checks it before it verifies the bytes against it (`None`: no value),
+/// or why it is refused. Patched in for pivot, whose fuzz targets and property tests run every
+/// parser of what a registry sends (see PATCHED.md); oci-client itself does not call it.
+#[doc(hidden)]
+pub fn parse_digest_header(value: &[u8]) -> std::result::Result<Option<String>, String> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        crate::digest::DOCKER_DIGEST_HEADER,
+        HeaderValue::from_bytes(value).map_err(|e| e.to_string())?,
+    );
+    let digest = digest_header_value(headers).map_err(|e| e.to_string())?;
+    if let Some(digest) = &digest {
+        Digester::new(digest).map_err(|e| e.to_string())?;
+    }
+    Ok(digest)
+}
+
 async fn stream_from_response(
     response: Response,
     layer: impl AsLayerDescriptor,
@@ -2367,6 +2385,11 @@ async fn stream_from_response(
             &headers,
         ));
     }
+    let content_ranges = headers
+        .get_all(reqwest::header::CONTENT_RANGE)
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect();
     let stream = response.bytes_stream().map_err(std::io::Error::other);
 
     let expected_layer_digest = layer.as_layer_descriptor().digest.to_string();
@@ -2393,6 +2416,7 @@ async fn stream_from_response(
     Ok(SizedStream {
         content_length,
         digest_header_value: header_digest,
+        content_ranges,
         stream,
     })
 }
@@ -2781,6 +2805,18 @@ impl TryFrom<&HeaderValue> for BearerChallenge {
             .next()
             .ok_or_else(|| "Cannot find Bearer challenge".to_string())
     }
+}
+
+/// The realm and service of the first Bearer challenge of a `WWW-Authenticate` value, as `auth`
+/// reads them, or why there is none. Patched in for pivot, whose fuzz targets and property tests
+/// run every parser of what a registry sends (see PATCHED.md); oci-client itself does not call it.
+#[doc(hidden)]
+pub fn parse_bearer_challenge(
+    value: &[u8],
+) -> std::result::Result<(String, Option<String>), String> {
+    let value = HeaderValue::from_bytes(value).map_err(|e| e.to_string())?;
+    let challenge = BearerChallenge::try_from(&value)?;
+    Ok((challenge.realm.into(), challenge.service))
 }
 
 impl TryFrom<&ChallengeRef<'_>> for BearerChallenge {

@@ -246,6 +246,17 @@ fn bearer_token_cache_expiration(token_str: &str, default_expiration_secs: usize
     Some(exp.min(max_exp))
 }
 
+/// A token service's answer as `auth` reads it, and the time (seconds since the epoch) until
+/// which the cache keeps the token (`None`: not cached). Patched in for pivot, whose fuzz targets
+/// and property tests run every parser of what a registry sends (see PATCHED.md); oci-client
+/// itself does not call it.
+#[doc(hidden)]
+pub fn parse_token_response(body: &str) -> Result<(RegistryToken, Option<u64>), String> {
+    let token: RegistryToken = serde_json::from_str(body).map_err(|e| e.to_string())?;
+    let expiration = bearer_token_cache_expiration(token.token(), 60);
+    Ok((token, expiration))
+}
+
 fn default_expiration(default_expiration_secs: usize) -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
