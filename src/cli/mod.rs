@@ -51,6 +51,7 @@ pub fn main() -> ExitCode {
         }
     };
     logging::init();
+    crate::node::panics::install_hook();
     // Before the runtime's threads: see [`crate::sysroot::namespace`].
     if let Some(sysroot) = writes_sysroot(&cli) {
         match crate::sysroot::namespace::writable(sysroot) {
@@ -76,11 +77,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(Exit::Failure as u8);
         }
     };
-    match runtime.block_on(run(cli, progress)) {
+    match runtime.block_on(crate::node::panics::caught(run(cli, progress))) {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => {
-            // A failed pivot was already logged as a journal event, with its fields.
-            if e.downcast_ref::<events::Reported>().is_none() {
+            // A failed pivot was already logged as a journal event, with its fields; a panic
+            // by the hook.
+            let logged = e.downcast_ref::<events::Reported>().is_some()
+                || e.downcast_ref::<crate::node::panics::Panicked>().is_some();
+            if !logged {
                 tracing::error!("{e:#}");
             }
             ExitCode::from(Exit::Failure as u8)

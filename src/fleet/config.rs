@@ -101,6 +101,9 @@ pub struct Config {
     pub health_timeout: std::time::Duration,
     /// `[boot] tries`: the `boot_counter` staging arms GRUB's fallback with.
     pub boot_tries: u8,
+    /// `[signatures] require_policy`: without a signature policy file, refuse every image
+    /// instead of pulling without checking signatures (see docs/signatures.md).
+    pub require_policy: bool,
     /// The drop-ins read, in order (for messages).
     pub files: Vec<PathBuf>,
     /// The drop-in each key that is set came from (`reboot.strategy`, …); the others are
@@ -114,6 +117,7 @@ impl Default for Config {
             strategy: Strategy::default(),
             health_timeout: crate::node::health::DEFAULT_TIMEOUT,
             boot_tries: DEFAULT_BOOT_TRIES,
+            require_policy: false,
             files: Vec::new(),
             sources: BTreeMap::new(),
         }
@@ -126,6 +130,13 @@ struct DropIn {
     reboot: Option<RebootSection>,
     health: Option<HealthSection>,
     boot: Option<BootSection>,
+    signatures: Option<SignaturesSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignaturesSection {
+    require_policy: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -177,6 +188,7 @@ impl Config {
         let (mut interval, mut timeout) = (None, None);
         let mut health_timeout = None;
         let mut boot_tries = None;
+        let mut require_policy = None;
         for file in &files {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
@@ -198,6 +210,9 @@ impl Config {
                     file.display()
                 );
                 boot_tries = Some((tries as u8, file.clone()));
+            }
+            if let Some(require) = drop_in.signatures.and_then(|s| s.require_policy) {
+                require_policy = Some((require, file.clone()));
             }
             let Some(reboot) = drop_in.reboot else { continue };
             strategy = reboot.strategy.map(|s| (s, file.clone())).or(strategy);
@@ -228,6 +243,9 @@ impl Config {
         }
         if let Some((_, file)) = &boot_tries {
             sources.insert("boot.tries", file.clone());
+        }
+        if let Some((_, file)) = &require_policy {
+            sources.insert("signatures.require_policy", file.clone());
         }
         let strategy = match strategy.map_or(StrategyName::Immediate, |(s, _)| s) {
             StrategyName::Immediate => Strategy::Immediate,
@@ -282,6 +300,7 @@ impl Config {
             strategy,
             health_timeout: health_timeout.map_or(crate::node::health::DEFAULT_TIMEOUT, |(t, _)| t),
             boot_tries: boot_tries.map_or(DEFAULT_BOOT_TRIES, |(t, _)| t),
+            require_policy: require_policy.is_some_and(|(r, _)| r),
             files,
             sources,
         })
@@ -335,6 +354,11 @@ impl Config {
             "boot.tries",
             self.boot_tries.to_string(),
             from("boot.tries"),
+        ));
+        keys.push((
+            "signatures.require_policy",
+            self.require_policy.to_string(),
+            from("signatures.require_policy"),
         ));
         keys
     }
@@ -401,6 +425,23 @@ mod tests {
             let e = load(&[("50-x.toml", &format!("[boot]\ntries = {bad}\n"))]).unwrap_err().to_string();
             assert!(e.contains("50-x.toml") && e.contains("boot.tries") && e.contains(bad), "{e}");
         }
+    }
+
+    #[test]
+    fn a_signature_policy_is_required_only_when_a_drop_in_says_so() {
+        let open = load(&[]).unwrap();
+        assert!(!open.require_policy);
+        assert!(open.keys().contains(&("signatures.require_policy", "false".into(), None)));
+        let config = load(&[
+            ("10-a.toml", "[signatures]\nrequire_policy = true\n"),
+            ("20-b.toml", "[health]\ntimeout = 5\n"),
+        ])
+        .unwrap();
+        assert!(config.require_policy);
+        let from = config.sources.get("signatures.require_policy").unwrap();
+        assert!(from.ends_with("10-a.toml"), "{}", from.display());
+        let e = load(&[("50-x.toml", "[signatures]\nrequire_policy = \"yes\"\n")]).unwrap_err();
+        assert!(e.to_string().contains("50-x.toml"), "{e}");
     }
 
     #[test]

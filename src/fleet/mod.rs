@@ -141,7 +141,8 @@ async fn after_grant<F>(node: &Node, then: F) -> Result<()>
 where
     F: std::future::Future<Output = Result<()>>,
 {
-    match then.await {
+    // A bug (a panic) in a step is a failure too: no reboot follows it.
+    match crate::node::panics::caught(then).await {
         Ok(()) => Ok(()),
         Err(e) => {
             give_back(&node.state_dir).await;

@@ -31,6 +31,8 @@ pub const AUTO_ROLLED_BACK: &str = "eb1d269a9c90402fb66fbbb12808bf54";
 /// A pivot run ended (every run, whatever became of it): `PIVOT_OUTCOME` is its
 /// [`Outcome`], spelled as in the state file and the progress stream.
 pub const FINISHED: &str = "687702fcdd384f08810e7896cb57e3a7";
+/// A bug in pivot (a panic): the message says where (see [`crate::node::panics`]).
+pub const INTERNAL_ERROR: &str = "a73cd7f30d4840d69e33f618fc493989";
 
 /// What an event says about the image; empty strings where not known (yet).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -62,7 +62,7 @@ impl Run<'_> {
             Some(kept) => (kept.manifest_digest.as_str(), kept.evidence.clone()),
             None => (digest, Evidence::default()),
         };
-        let verified = match trust.judge(&self.image, manifest_digest, &evidence) {
+        let verified = match trust.judge(&self.image, manifest_digest, None, &evidence) {
             Ok(verified) => verified,
             Err(why) => {
                 tracing::warn!(

@@ -198,12 +198,14 @@ pub async fn run(opts: &Options) -> Result<Report> {
         reboot_pending: false,
         unrecorded: None,
         boot_tries: config.boot_tries,
+        require_policy: config.require_policy,
         found: None,
         held: false,
         waiting: false,
         fleet_locked,
     };
-    let result = run.pivot().await;
+    // A bug (a panic) anywhere in the run ends it as a failed run.
+    let result = crate::node::panics::caught(run.pivot()).await;
     run.attempt.outcome = match &result {
         Ok(outcome) => *outcome,
         Err(e) => {
@@ -300,6 +302,8 @@ struct Run<'a> {
     unrecorded: Option<String>,
     /// `[boot] tries`, for GRUB's fallback when the deployment is staged.
     boot_tries: u8,
+    /// pivot.toml's `signatures.require_policy`.
+    require_policy: bool,
     /// What a `--check` found.
     found: Option<crate::api::status::CachedUpdate>,
     /// The target is held after a rollback: nothing was attempted.
@@ -360,7 +364,11 @@ impl Run<'_> {
             }
         }
 
-        let trust = Trust::load(self.opts.policy.as_deref(), self.opts.registries_d.as_deref())
+        let trust = Trust::load(
+            self.opts.policy.as_deref(),
+            self.opts.registries_d.as_deref(),
+            self.require_policy,
+        )
             .context("reading the signature policy")?;
         if let Some(digest) = pinned.as_deref().filter(|_| !self.opts.check) {
             if let Some((os, verified)) = self.downloaded(digest, &trust).await? {
@@ -404,6 +412,7 @@ impl Run<'_> {
             .check(
                 &self.image,
                 &resolved.manifest_digest,
+                Some(resolved.json.as_bytes()),
                 &self.opts.access.retry,
                 source.registry(),
                 gather,

@@ -17,14 +17,16 @@ use super::sigstore::{PublicKeys, Root};
 use super::simple_signing::{self, Failure, Keyring, COSIGN_TYPE, SIMPLE_SIGNING_TYPE};
 use crate::fetch::reference::ImageRef;
 
-/// Whether `requirement` holds for `image` at `digest`: None (no signature needed), the key of
-/// the signature that satisfied it, or why not.
+/// Whether `requirement` holds for `image` at `digest` (whose manifest is `manifest`, when at
+/// hand): None (no signature needed), the key of the signature that satisfied it, or why not.
 pub fn requirement(
     requirement: &Requirement,
     image: &ImageRef,
     digest: &str,
+    manifest: Option<&[u8]>,
     evidence: &Evidence,
 ) -> Result<Option<String>, String> {
+    let signed = Signed { digest, manifest };
     let notes = || match evidence.notes.is_empty() {
         true => String::new(),
         false => format!(" (looked for in: {})", evidence.notes.join("; ")),
@@ -54,7 +56,7 @@ pub fn requirement(
                     Err(f) => Err((2, f.to_string())),
                 })
                 .collect();
-            judge(checked, SIMPLE_SIGNING_TYPE, &r.signed_identity, image, digest)
+            judge(checked, SIMPLE_SIGNING_TYPE, &r.signed_identity, image, &signed)
                 .map(Some)
                 .map_err(|why| why + &notes())
         }
@@ -66,7 +68,7 @@ pub fn requirement(
                 .flatten()
                 .map(|sig| root.verify(sig).map(|key| (sig.payload.clone(), key)))
                 .collect();
-            judge(checked, COSIGN_TYPE, &r.signed_identity, image, digest)
+            judge(checked, COSIGN_TYPE, &r.signed_identity, image, &signed)
                 .map(Some)
                 .map_err(|why| why + &notes())
         }
@@ -201,8 +203,9 @@ fn judge(
     kind: &str,
     signed_identity: &Option<SignedIdentity>,
     image: &ImageRef,
-    digest: &str,
+    signed: &Signed,
 ) -> Result<String, String> {
+    let digest = signed.digest;
     let identity = signed_identity.clone().unwrap_or_default();
     if checked.is_empty() {
         return Err(format!("no signature of {digest} was found"));
@@ -224,7 +227,7 @@ fn judge(
                 continue;
             }
         };
-        if payload.manifest_digest != digest {
+        if !signed.is(&payload.manifest_digest) {
             reasons.push((
                 3,
                 format!(
@@ -245,4 +248,33 @@ fn judge(
         1 => why,
         n => format!("none of {n} signatures is accepted: {why}"),
     })
+}
+
+/// The manifest a signature must vouch for: its digest, and its bytes when at hand.
+struct Signed<'a> {
+    digest: &'a str,
+    manifest: Option<&'a [u8]>,
+}
+
+impl Signed<'_> {
+    /// Whether `named` (a payload's `docker-manifest-digest`, checked well-formed) names this
+    /// manifest: as containers/image's `manifest.MatchesDigest`, by hashing the manifest with
+    /// the algorithm `named` uses (sha256, sha384 or sha512), so a signature may name the
+    /// manifest by another algorithm than the registry's digest.
+    fn is(&self, named: &str) -> bool {
+        if named == self.digest {
+            return true;
+        }
+        let Some(manifest) = self.manifest else {
+            return false;
+        };
+        use sha2::Digest;
+        let hex = match named.split_once(':') {
+            Some(("sha256", _)) => hex::encode(sha2::Sha256::digest(manifest)),
+            Some(("sha384", _)) => hex::encode(sha2::Sha384::digest(manifest)),
+            Some(("sha512", _)) => hex::encode(sha2::Sha512::digest(manifest)),
+            _ => return false,
+        };
+        named.split_once(':').is_some_and(|(_, h)| h == hex)
+    }
 }

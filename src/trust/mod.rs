@@ -40,7 +40,7 @@ pub mod x509;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use crate::api::status::Verification;
 use crate::fetch::reference::{ImageRef, Transport};
@@ -94,14 +94,33 @@ pub enum Gather {
 impl Trust {
     /// Reads the policy (`--policy`, else the containers tools' default) and registries.d.
     /// Only a default path that does not exist at all means "no policy": a dangling symlink,
-    /// an unreadable file or a broken one is an error, never a policy silently dropped.
-    pub fn load(policy: Option<&Path>, registries_d: Option<&Path>) -> Result<Trust> {
+    /// an unreadable file or a broken one is an error, never a policy silently dropped. With
+    /// `require_policy` (pivot.toml's `signatures.require_policy`), no policy is an error too.
+    pub fn load(
+        policy: Option<&Path>,
+        registries_d: Option<&Path>,
+        require_policy: bool,
+    ) -> Result<Trust> {
+        let default = Path::new(policy::DEFAULT_PATH);
+        Trust::load_with(policy.ok_or(default), registries_d, require_policy)
+    }
+
+    /// [`Trust::load`], the policy given (`Ok`) or at a default path (`Err`).
+    fn load_with(
+        policy: Result<&Path, &Path>,
+        registries_d: Option<&Path>,
+        require_policy: bool,
+    ) -> Result<Trust> {
         let policy = match policy {
-            Some(path) => Some((path.to_path_buf(), Policy::load(path)?)),
-            None => {
-                let path = Path::new(policy::DEFAULT_PATH);
+            Ok(path) => Some((path.to_path_buf(), Policy::load(path)?)),
+            Err(path) => {
                 let found = default_policy(path)?;
                 if found.is_none() {
+                    ensure!(
+                        !require_policy,
+                        "there is no {}, and signatures.require_policy (pivot.toml) requires one: install the policy images must satisfy, or name one with --policy",
+                        path.display()
+                    );
                     tracing::info!("no {}: image signatures are not checked", path.display());
                 }
                 found.map(|p| (path.to_path_buf(), p))
@@ -123,6 +142,7 @@ impl Trust {
         &self,
         image: &ImageRef,
         digest: &str,
+        manifest: Option<&[u8]>,
         retry: &RetryPolicy,
         registry: Option<&Registry>,
         gather: Gather,
@@ -174,12 +194,18 @@ impl Trust {
         } else {
             evidence.notes.push("an OCI layout carries no signatures".into());
         }
-        let verified = self.judge(image, digest, &evidence)?;
+        let verified = self.judge(image, digest, manifest, &evidence)?;
         Ok((verified, evidence))
     }
 
     /// Judges `image` at `digest` on signatures already fetched (`evidence`).
-    pub fn judge(&self, image: &ImageRef, digest: &str, evidence: &Evidence) -> Result<Verified> {
+    pub fn judge(
+        &self,
+        image: &ImageRef,
+        digest: &str,
+        manifest: Option<&[u8]>,
+        evidence: &Evidence,
+    ) -> Result<Verified> {
         let Some((path, policy)) = &self.policy else {
             return Ok(Verified::NoPolicy);
         };
@@ -199,7 +225,7 @@ impl Trust {
         }
         let mut keys = Vec::new();
         for requirement in requirements {
-            match evaluate::requirement(requirement, image, digest, evidence) {
+            match evaluate::requirement(requirement, image, digest, manifest, evidence) {
                 Ok(Some(key)) => keys.push(key),
                 Ok(None) => {}
                 Err(why) => bail!(
@@ -295,6 +321,23 @@ mod tests {
         assert!(default_policy(&path).unwrap().is_some());
     }
 
+    /// No policy file at all: images are pulled unchecked, unless pivot.toml's
+    /// `signatures.require_policy` says a policy is required; a policy given is read either way.
+    #[test]
+    fn no_policy_file_is_refused_when_a_policy_is_required() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("policy.json");
+        let image = ImageRef::parse("quay.io/os/node:4.15").unwrap();
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let open = Trust::load_with(Err(&absent), Some(dir.path()), false).unwrap();
+        assert_eq!(open.judge(&image, &digest, None, &Evidence::default()).unwrap(), Verified::NoPolicy);
+        let err = Trust::load_with(Err(&absent), Some(dir.path()), true).err().unwrap();
+        assert!(format!("{err:#}").contains("signatures.require_policy"), "{err:#}");
+        std::fs::write(&absent, r#"{"default": [{"type": "insecureAcceptAnything"}]}"#).unwrap();
+        let given = Trust::load_with(Err(&absent), Some(dir.path()), true).unwrap();
+        assert_eq!(given.judge(&image, &digest, None, &Evidence::default()).unwrap(), Verified::Accepted);
+    }
+
     /// A name containers/image cannot parse never falls through to a broader scope: any
     /// requirement the policy makes of registry images refuses it; a policy that accepts
     /// everything still accepts it.
@@ -304,9 +347,9 @@ mod tests {
         let path = dir.path().join("policy.json");
         let judge = |policy: &str, image: &str| {
             std::fs::write(&path, policy).unwrap();
-            let trust = Trust::load(Some(&path), Some(dir.path())).unwrap();
+            let trust = Trust::load(Some(&path), Some(dir.path()), false).unwrap();
             let image = ImageRef::parse(image).unwrap();
-            trust.judge(&image, &format!("sha256:{}", "a".repeat(64)), &Evidence::default())
+            trust.judge(&image, &format!("sha256:{}", "a".repeat(64)), None, &Evidence::default())
         };
         let accept = r#"{"default": [{"type": "insecureAcceptAnything"}]}"#;
         // Only the tag-specific scope of the image requires a signature.

@@ -300,14 +300,22 @@ pub fn parse_payload(bytes: &[u8], kind: &str) -> Result<Payload> {
     let top = exact_object(&value, "the payload", &["critical", "optional"], &[])?;
     match &top["optional"] {
         serde_json::Value::Object(optional) => {
+            // Go's json leaves a field as it was for `null`, without an error: null passes.
             if let Some(creator) = optional.get("creator") {
-                ensure!(creator.is_string(), "the payload's optional.creator is not a string");
+                ensure!(
+                    creator.is_string() || creator.is_null(),
+                    "the payload's optional.creator is not a string"
+                );
             }
             if let Some(timestamp) = optional.get("timestamp") {
-                let integral = timestamp.is_i64()
-                    || timestamp.is_u64()
-                    || timestamp.as_f64().is_some_and(|t| t.fract() == 0.0);
-                ensure!(integral, "the payload's optional.timestamp is not an integer");
+                // Go reads it into a float64 and requires its int64 conversion to be equal:
+                // an integer in int64's range once rounded to a double (2^63 and 1e300 are not).
+                const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+                let integral = timestamp.is_null()
+                    || timestamp
+                        .as_f64()
+                        .is_some_and(|t| t.fract() == 0.0 && (-TWO_63..TWO_63).contains(&t));
+                ensure!(integral, "the payload's optional.timestamp is not an int64 integer");
             }
         }
         serde_json::Value::Null if kind == COSIGN_TYPE => {}
@@ -389,8 +397,14 @@ mod tests {
         let twice = payload("").replace(r#""creator":"test""#, r#""creator":"a","creator":"b""#);
         assert!(format!("{:#}", parse_payload(twice.as_bytes(), SIMPLE_SIGNING_TYPE).unwrap_err())
             .contains("duplicate key"));
-        let float = payload("").replace(r#""creator":"test""#, r#""timestamp":1.5"#);
-        assert!(parse_payload(float.as_bytes(), SIMPLE_SIGNING_TYPE).is_err());
+        // `optional.timestamp` as Go's `int64(float64)` round trip judges it (signature/simple.go).
+        let stamped = |t: &str| payload("").replace(r#""creator":"test""#, &format!(r#""timestamp":{t}"#));
+        for t in ["1.5", "1e300", "-1e300", "9223372036854775807", "9223372036854775808", "18446744073709551615", "1e400", "\"1\"", "[]"] {
+            assert!(parse_payload(stamped(t).as_bytes(), SIMPLE_SIGNING_TYPE).is_err(), "{t}");
+        }
+        for t in ["0", "-1", "1700000000", "1.7e9", "1e18", "-9223372036854775808", "9223372036854774784", "null"] {
+            assert!(parse_payload(stamped(t).as_bytes(), SIMPLE_SIGNING_TYPE).is_ok(), "{t}");
+        }
         let bad_digest = payload("").replace(DIGEST, "sha256:abc");
         assert!(parse_payload(bad_digest.as_bytes(), SIMPLE_SIGNING_TYPE).is_err());
         assert!(parse_payload(b"[]", SIMPLE_SIGNING_TYPE).is_err());

@@ -9,6 +9,7 @@ fn run(args: &[&str]) -> String {
         .args(args)
         .output()
         .unwrap();
+    crate::common::no_panic(&out);
     assert!(out.status.success(), "{args:?}: {out:?}");
     String::from_utf8(out.stdout).unwrap()
 }

@@ -599,6 +599,7 @@ fn every_failure_after_the_grant_gives_the_slot_back() {
     );
     assert!(server.holders("workers").is_empty(), "the slot leaked");
     assert!(recorded(&node).is_none(), "{:?}", recorded(&node));
+
     let ops: Vec<(String, u16)> = server
         .requests()
         .iter()
@@ -611,6 +612,31 @@ fn every_failure_after_the_grant_gives_the_slot_back() {
             ("steady-state".to_string(), 200)
         ]
     );
+
+    // A bug in a step (a panic) is a failure like any other: the slot goes back too.
+    let err = runtime()
+        .block_on(pivot::fleet::with_slot(&lock, &node, async {
+            let steps: Vec<u8> = Vec::new();
+            Ok(std::hint::black_box(steps)[0]).map(|_| ())
+        }))
+        .unwrap_err();
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("internal error (a bug in pivot)") && err.contains("given back"),
+        "{err}"
+    );
+    let ops: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| r.operation.clone())
+        .collect();
+    assert_eq!(
+        ops[2..],
+        ["pre-reboot", "steady-state"],
+        "granted, then given back"
+    );
+    assert!(server.holders("workers").is_empty(), "the slot leaked");
+    assert!(recorded(&node).is_none(), "{:?}", recorded(&node));
 
     // The server is gone when the step fails: the record says "give it back now", and the
     // next `pivot steady-state` of this same boot does, once the server is back.

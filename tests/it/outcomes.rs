@@ -18,7 +18,7 @@ fn run_with_progress(env: &Env, args: &[&str]) -> (Output, serde_json::Value) {
     let fd = file.as_raw_fd();
     let mut cmd = env.command(&[&["--progress-fd", &FD.to_string()], args].concat());
     pass_fd(&mut cmd, fd, FD);
-    let out = cmd.output().unwrap();
+    let out = crate::common::checked(cmd.output().unwrap());
     let text = read(&path);
     let last = text.lines().last().unwrap_or_else(|| panic!("no events"));
     (out, serde_json::from_str(last).unwrap())

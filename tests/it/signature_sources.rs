@@ -11,7 +11,7 @@ use pivot_testkit::{
 
 use crate::common::*;
 use crate::signatures::{
-    layer_gets, signed_by, sigstore_signed, trust_args, trust_files, with_args, Lookaside, Signer,
+    layer_gets, signed_by, trust_args, trust_files, with_args, Cosign, Lookaside, Signer,
 };
 
 #[test]
@@ -97,38 +97,21 @@ fn an_index_is_judged_by_the_platform_manifest_pulled() {
     spec.index = true;
     let image = env.push("v2-index", &spec);
     assert_ne!(image.digest, image.manifest_digest);
-    let keys = tempfile::tempdir().unwrap();
-    let (private, public) = ec_key_pair(keys.path(), "cosign").unwrap();
-    let trust = trust_files(
-        &env,
-        "index",
-        &sigstore_signed(&public),
-        "use-sigstore-attachments: true",
-    );
-    let sign = |digest: &str| {
-        let payload = cosign_payload(&image.by_tag, digest);
-        let signature = openssl_sign(&private, &payload).unwrap();
-        attach_signatures(
-            &env.registry,
-            &image.repository,
-            digest,
-            &[(payload, signature)],
-        )
-        .unwrap();
-    };
+    let cosign = Cosign::new(&env, "index");
+    let sign = |digest: &str| cosign.attach(&env, &image, digest, digest);
 
     // Signed at the index only (cosign's default): podman refuses the platform image, so does
     // pivot.
     sign(&image.digest);
     assert_refused(
         &env,
-        &with_args(&trust, &[&image.by_tag]),
+        &with_args(&cosign.trust, &[&image.by_tag]),
         &["no signature of", &image.manifest_digest],
     );
     assert_eq!(layer_gets(&env, &image), 0);
     // The platform manifest signed (`cosign sign --recursive`): accepted.
     sign(&image.manifest_digest);
-    assert_success(&env.pivot(&with_args(&trust, &[&image.by_tag])));
+    assert_success(&env.pivot(&with_args(&cosign.trust, &[&image.by_tag])));
     assert_eq!(env.deployed_images()[0], image.commit);
 }
 

@@ -525,3 +525,81 @@ pub(crate) fn signed_over_http(env: &Env, image: &PushedImage) -> SignedOverHttp
         _store: store,
     }
 }
+
+/// A signature may name the manifest by another digest algorithm than the registry's sha256:
+/// containers/image hashes the manifest with the algorithm the signature names
+/// (`manifest.MatchesDigest`), so a `sha512:` (or `sha384:`) signature of the same manifest is
+/// good, and one of other bytes is not.
+#[test]
+fn a_signature_naming_the_manifest_by_sha512_is_accepted_as_containers_image_does() {
+    let env = Env::new();
+    let image = env.push_v2();
+    let cosign = Cosign::new(&env, "sigstore");
+    let manifest = raw_manifest(&image.by_digest);
+    let hashed = |algorithm: &str, bytes: &[u8]| {
+        let path = cosign.keys.path().join("hashed");
+        std::fs::write(&path, bytes).unwrap();
+        let out = Command::new(format!("{algorithm}sum"))
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        format!("{algorithm}:{}", text.split_whitespace().next().unwrap())
+    };
+
+    cosign.attach(
+        &env,
+        &image,
+        &hashed("sha512", b"another manifest"),
+        &image.digest,
+    );
+    assert_refused(
+        &env,
+        &with_args(&cosign.trust, &[&image.by_tag]),
+        &["is for manifest sha512:"],
+    );
+    cosign.attach(&env, &image, &hashed("sha512", &manifest), &image.digest);
+    assert_success(&env.pivot(&with_args(&cosign.trust, &[&image.by_tag])));
+    assert_eq!(env.deployed_images()[0], image.commit);
+}
+
+/// A cosign key pair made for a test, and the pivot arguments of a policy that requires its
+/// signature, attached in the registry.
+pub(crate) struct Cosign {
+    pub(crate) keys: tempfile::TempDir,
+    private: PathBuf,
+    pub(crate) trust: Vec<String>,
+}
+
+impl Cosign {
+    pub(crate) fn new(env: &Env, name: &str) -> Cosign {
+        let keys = tempfile::tempdir().unwrap();
+        let (private, public) = ec_key_pair(keys.path(), "cosign").unwrap();
+        let trust = trust_files(
+            env,
+            name,
+            &sigstore_signed(&public),
+            "use-sigstore-attachments: true",
+        );
+        Cosign {
+            keys,
+            private,
+            trust,
+        }
+    }
+
+    /// Attaches (in place of any before) this key's signature of `image` at `signed`, to the
+    /// manifest `at`.
+    pub(crate) fn attach(&self, env: &Env, image: &PushedImage, signed: &str, at: &str) {
+        let payload = cosign_payload(&image.by_tag, signed);
+        let signature = openssl_sign(&self.private, &payload).unwrap();
+        attach_signatures(
+            &env.registry,
+            &image.repository,
+            at,
+            &[(payload, signature)],
+        )
+        .unwrap();
+    }
+}

@@ -108,7 +108,7 @@ impl Env {
         cmd.arg("--sysroot").arg(&self.sysroot.path).args(args);
         self.prepare(&mut cmd);
         cmd.envs(vars.iter().copied());
-        cmd.output().expect("running pivot")
+        checked(cmd.output().expect("running pivot"))
     }
 
     /// Runs `pivot <subcommand> --sysroot <this sysroot> <args>`.
@@ -146,7 +146,7 @@ impl Env {
             .args(args);
         self.prepare(&mut cmd);
         cmd.envs(vars.iter().copied());
-        cmd.output().expect("running pivot")
+        checked(cmd.output().expect("running pivot"))
     }
 
     pub fn status_json(&self) -> serde_json::Value {
@@ -166,7 +166,7 @@ impl Env {
 
     fn run(&self, mut cmd: Command) -> Output {
         self.prepare(&mut cmd);
-        cmd.output().expect("running pivot")
+        checked(cmd.output().expect("running pivot"))
     }
 
     fn prepare(&self, cmd: &mut Command) {
@@ -283,11 +283,35 @@ pub fn fixture(name: &str) -> Tree {
     Tree::fixture(name).expect("reading a fixture tree")
 }
 
+/// What pivot printed on stderr; the test fails if that was a bug's report (see [`no_panic`]).
 pub fn stderr(out: &Output) -> String {
+    no_panic(out);
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Fails the test when the run hit a bug in pivot (a panic), whatever else the test expects of
+/// it: pivot's panic hook logs every panic as "internal error (a bug in pivot…"
+/// (src/node/panics.rs), Rust's own report says "panicked at", and an unhandled panic exits 101.
+/// Every helper here that runs pivot or reads its output checks this.
+pub fn no_panic(out: &Output) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() != Some(101)
+            && !err.contains("internal error (a bug in pivot")
+            && !err.contains("panicked at"),
+        "pivot panicked ({}):\n{err}",
+        out.status
+    );
+}
+
+/// `out`, once [`no_panic`] has checked it.
+pub fn checked(out: Output) -> Output {
+    no_panic(&out);
+    out
+}
+
 pub fn assert_success(out: &Output) {
+    no_panic(out);
     assert!(
         out.status.success(),
         "pivot failed ({}):\n{}",
