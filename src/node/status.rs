@@ -14,6 +14,7 @@ use crate::api::status::{
 use crate::api::API_VERSION;
 use crate::node::state::{self as state_file, StateFile, MAX_ATTEMPTS};
 use crate::sysroot::deployments::{self, DeploymentInfo};
+use crate::sysroot::kargs;
 
 pub fn read(sysroot_path: &Path) -> Result<Status> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
@@ -63,23 +64,27 @@ fn deployment(repo: &ostree::Repo, d: &DeploymentInfo) -> Deployment {
     }
 }
 
-/// A deployment's command line with each argument's source ([`KargSource`]): pivot's record of
-/// the admin's, else its image's kargs.d, else carried over.
+/// A deployment's command line with each argument's source ([`KargSource`]): libostree's
+/// `ostree=`, else the admin's where pivot recorded the admin adding it (even when the image
+/// lists it too: the admin asked for it), else its image's kargs.d, else carried over.
+/// Arguments are compared as bootc compares them ([`kargs::same`]).
 fn kernel_arguments(repo: &ostree::Repo, d: &DeploymentInfo) -> Vec<status::KernelArgument> {
     let Some(options) = &d.options else {
         return Vec::new();
     };
-    let image = crate::sysroot::kargs_d::read(repo, &d.checksum).unwrap_or_else(|e| {
-        tracing::debug!("kargs.d of {}: {e:#}", d.checksum);
-        Vec::new()
-    });
-    options
-        .split_whitespace()
+    let image = crate::sysroot::kargs_d::read(repo, &d.checksum)
+        .unwrap_or_else(|e| {
+            tracing::debug!("kargs.d of {}: {e:#}", d.checksum);
+            None
+        })
+        .unwrap_or_default();
+    kargs::split(options)
+        .into_iter()
         .map(|arg| {
-            let listed = image.iter().find(|k| k.arg == arg);
-            let (source, file) = if arg.starts_with("ostree=") {
+            let listed = image.iter().find(|k| kargs::same(&k.arg, arg));
+            let (source, file) = if kargs::is_libostrees(arg) {
                 (KargSource::Libostree, None)
-            } else if d.kargs_added.iter().any(|a| a == arg) {
+            } else if d.kargs_added.iter().any(|a| kargs::same(a, arg)) {
                 (KargSource::Admin, None)
             } else if let Some(listed) = listed {
                 (KargSource::Image, Some(listed.file.clone()))
