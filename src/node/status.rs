@@ -323,6 +323,7 @@ fn update_fields(out: &mut String, update: &status::CachedUpdate, now: Option<&s
 /// rest of the command line (the installer's, libostree's) is in the JSON document.
 fn kernel_argument_fields(out: &mut String, args: &[status::KernelArgument]) {
     let mut files: Vec<&str> = args.iter().filter_map(|a| a.file.as_deref()).collect();
+    files.sort_unstable();
     files.dedup();
     for file in files {
         let listed: Vec<&str> = args
@@ -525,6 +526,30 @@ mod golden {
     fn json_status_matches_golden_file() {
         let json = serde_json::to_string_pretty(&sample()).unwrap() + "\n";
         check("status.json", &json);
+    }
+
+    /// A file whose arguments are apart on the command line (an update appended one) gets one
+    /// line, and an argument the admin added is the admin's, not under its image's file.
+    #[test]
+    fn each_kargs_d_file_gets_one_line_and_the_admins_are_apart() {
+        let karg = |arg: &str, source, file: Option<&str>| status::KernelArgument {
+            arg: arg.into(),
+            source,
+            file: file.map(str::to_string),
+        };
+        let args = [
+            karg("quiet", KargSource::Image, Some("10-a.toml")),
+            karg("nosmt", KargSource::Admin, None),
+            karg("x=1", KargSource::Image, Some("20-b.toml")),
+            karg("dyndbg=\"file x +p\"", KargSource::Image, Some("10-a.toml")),
+        ];
+        let mut out = String::new();
+        kernel_argument_fields(&mut out, &args);
+        assert_eq!(
+            out,
+            "    Image kargs: quiet dyndbg=\"file x +p\" (10-a.toml)\n    \
+             Image kargs: x=1 (20-b.toml)\n    Admin kargs: nosmt\n"
+        );
     }
 
     /// A program reading `pivot status --json` with the published types gets the document

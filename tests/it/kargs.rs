@@ -364,3 +364,33 @@ fn kargs_d_skips_a_file_named_dot_toml_and_keeps_a_quoted_argument_whole() {
     assert_success(&env.pivot(&[&v3.by_tag]));
     assert_eq!(options_line(&env, "3").matches(quoted).count(), 1);
 }
+
+/// An argument the admin added is the admin's in status, even when the image lists it too.
+#[test]
+fn status_names_the_admin_for_an_argument_the_image_also_lists() {
+    let env = Env::new();
+    let file = env.default_etc().join("pivot/kernel-args");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "ADD nosmt\n").unwrap();
+    let v2 = push_with_kargs_d(&env, "2", &[("10-a.toml", kargs_toml(&["quiet", "nosmt"]))]);
+    assert_success(&env.pivot(&["--karg-append", "quiet", &v2.by_tag]));
+
+    let options = entry_options(&env, "2");
+    for arg in ["quiet", "nosmt"] {
+        assert_eq!(
+            options.iter().filter(|o| *o == arg).count(),
+            1,
+            "{options:?}"
+        );
+    }
+    let sources = sources(&env);
+    for arg in ["quiet", "nosmt"] {
+        assert!(
+            sources.contains(&(arg.into(), "admin".into(), None)),
+            "{arg}: {sources:?}"
+        );
+    }
+    let text = String::from_utf8(env.subcommand("status", &[]).stdout).unwrap();
+    assert!(text.contains("Admin kargs: quiet nosmt"), "{text}");
+    assert!(!text.contains("Image kargs"), "{text}");
+}
