@@ -14,6 +14,7 @@ use crate::api::status::{
 use crate::api::API_VERSION;
 use crate::node::state::{self as state_file, StateFile, MAX_ATTEMPTS};
 use crate::sysroot::deployments::{self, DeploymentInfo};
+use crate::sysroot::kargs;
 
 pub fn read(sysroot_path: &Path) -> Result<Status> {
     let sysroot = deployments::open_sysroot(sysroot_path)?;
@@ -63,23 +64,27 @@ fn deployment(repo: &ostree::Repo, d: &DeploymentInfo) -> Deployment {
     }
 }
 
-/// A deployment's command line with each argument's source ([`KargSource`]): pivot's record of
-/// the admin's, else its image's kargs.d, else carried over.
+/// A deployment's command line with each argument's source ([`KargSource`]): libostree's
+/// `ostree=`, else the admin's where pivot recorded the admin adding it (even when the image
+/// lists it too: the admin asked for it), else its image's kargs.d, else carried over.
+/// Arguments are compared as bootc compares them ([`kargs::same`]).
 fn kernel_arguments(repo: &ostree::Repo, d: &DeploymentInfo) -> Vec<status::KernelArgument> {
     let Some(options) = &d.options else {
         return Vec::new();
     };
-    let image = crate::sysroot::kargs_d::read(repo, &d.checksum).unwrap_or_else(|e| {
-        tracing::debug!("kargs.d of {}: {e:#}", d.checksum);
-        Vec::new()
-    });
-    options
-        .split_whitespace()
+    let image = crate::sysroot::kargs_d::read(repo, &d.checksum)
+        .unwrap_or_else(|e| {
+            tracing::debug!("kargs.d of {}: {e:#}", d.checksum);
+            None
+        })
+        .unwrap_or_default();
+    kargs::split(options)
+        .into_iter()
         .map(|arg| {
-            let listed = image.iter().find(|k| k.arg == arg);
-            let (source, file) = if arg.starts_with("ostree=") {
+            let listed = image.iter().find(|k| kargs::same(&k.arg, arg));
+            let (source, file) = if kargs::is_libostrees(arg) {
                 (KargSource::Libostree, None)
-            } else if d.kargs_added.iter().any(|a| a == arg) {
+            } else if d.kargs_added.iter().any(|a| kargs::same(a, arg)) {
                 (KargSource::Admin, None)
             } else if let Some(listed) = listed {
                 (KargSource::Image, Some(listed.file.clone()))
@@ -318,6 +323,7 @@ fn update_fields(out: &mut String, update: &status::CachedUpdate, now: Option<&s
 /// rest of the command line (the installer's, libostree's) is in the JSON document.
 fn kernel_argument_fields(out: &mut String, args: &[status::KernelArgument]) {
     let mut files: Vec<&str> = args.iter().filter_map(|a| a.file.as_deref()).collect();
+    files.sort_unstable();
     files.dedup();
     for file in files {
         let listed: Vec<&str> = args
@@ -520,6 +526,30 @@ mod golden {
     fn json_status_matches_golden_file() {
         let json = serde_json::to_string_pretty(&sample()).unwrap() + "\n";
         check("status.json", &json);
+    }
+
+    /// A file whose arguments are apart on the command line (an update appended one) gets one
+    /// line, and an argument the admin added is the admin's, not under its image's file.
+    #[test]
+    fn each_kargs_d_file_gets_one_line_and_the_admins_are_apart() {
+        let karg = |arg: &str, source, file: Option<&str>| status::KernelArgument {
+            arg: arg.into(),
+            source,
+            file: file.map(str::to_string),
+        };
+        let args = [
+            karg("quiet", KargSource::Image, Some("10-a.toml")),
+            karg("nosmt", KargSource::Admin, None),
+            karg("x=1", KargSource::Image, Some("20-b.toml")),
+            karg("dyndbg=\"file x +p\"", KargSource::Image, Some("10-a.toml")),
+        ];
+        let mut out = String::new();
+        kernel_argument_fields(&mut out, &args);
+        assert_eq!(
+            out,
+            "    Image kargs: quiet dyndbg=\"file x +p\" (10-a.toml)\n    \
+             Image kargs: x=1 (20-b.toml)\n    Admin kargs: nosmt\n"
+        );
     }
 
     /// A program reading `pivot status --json` with the published types gets the document

@@ -173,18 +173,27 @@ fn kernel_argv(
             tracing::warn!(
                 "the kernel arguments the running image ships ({old_commit}) cannot be read, so none of them is removed: {e:#}"
             );
-            Vec::new()
+            None
         }),
-        None => Vec::new(),
-    };
-    if new == old && edits.is_empty() {
+        None => None,
+    }
+    .unwrap_or_default();
+    match &new {
+        Some(new) if !new.is_empty() => {
+            let listed: Vec<&str> = new.iter().map(|k| k.arg.as_str()).collect();
+            tracing::info!("the image's kargs.d lists: {}", listed.join(" "));
+        }
+        Some(_) => {}
+        None if old.is_empty() => {}
+        None => tracing::info!(
+            "the image has no kargs.d: the running image's kernel arguments stay, as bootc keeps them"
+        ),
+    }
+    let updated = kargs_d::update(current, &old, new.as_deref());
+    if edits.is_empty() && updated == kargs::split(current) {
         return Ok(None);
     }
-    if !new.is_empty() {
-        let listed: Vec<&str> = new.iter().map(|k| k.arg.as_str()).collect();
-        tracing::info!("the image's kargs.d lists: {}", listed.join(" "));
-    }
-    let updated = kargs_d::update(current, &old, &new).join(" ");
+    let updated = updated.join(" ");
     Ok(Some(kargs::apply(&updated, edits)))
 }
 

@@ -170,7 +170,7 @@ pub fn list(sysroot: &ostree::Sysroot) -> Result<Vec<DeploymentInfo>> {
                 kargs_added: origin
                     .as_ref()
                     .and_then(|o| o.string("pivot", crate::sysroot::deploy::KARGS_ADDED_KEY).ok())
-                    .map(|a| a.split_whitespace().map(str::to_string).collect())
+                    .map(|a| crate::sysroot::kargs::split(&a).into_iter().map(str::to_string).collect())
                     .unwrap_or_default(),
                 path: sysroot
                     .path()

@@ -7,7 +7,9 @@
 //! never `quiet=1` or `rd.quiet` (openshift/pivot matched substrings of /proc/cmdline, so an arg
 //! that was a substring of another was wrongly taken as present). `ADD` appends an arg only when
 //! no token equals it; `DELETE` removes every token equal to it. The file is applied to every
-//! deployment pivot creates and is left in place: re-applying it is a no-op.
+//! deployment pivot creates and is left in place: re-applying it is a no-op. The command line
+//! they edit is split as the kernel splits it ([`split`]), so a quoted argument an image ships
+//! (`dyndbg="file x +p"`) is one token; the admin's own arguments hold no quotes.
 
 use std::path::Path;
 
@@ -63,7 +65,7 @@ pub fn check_arg(arg: &str) -> Result<String> {
         "kernel argument {arg:?} holds a quote, space or control character"
     );
     ensure!(
-        !arg.starts_with("ostree="),
+        !is_libostrees(arg),
         "the ostree= argument is libostree's to set"
     );
     Ok(arg.to_string())
@@ -85,9 +87,55 @@ pub fn read_file(etc: &Path) -> Result<Vec<Edit>> {
     }
 }
 
-/// `current` (whitespace-separated tokens) with `edits` applied in order.
+/// The arguments of command line `cmdline`, split as the kernel splits it: at ASCII whitespace
+/// outside double quotes, so that `dyndbg="file x +p"` is one argument (bootc's parser,
+/// `linux_kernel_cmdline` 0.1.1 `CmdlineIterBytes`, splits the same way).
+pub fn split(cmdline: &str) -> Vec<&str> {
+    let mut args = Vec::new();
+    let mut rest = cmdline.trim_ascii_start();
+    while !rest.is_empty() {
+        let mut quoted = false;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                quoted ^= c == '"';
+                !quoted && c.is_ascii_whitespace()
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        args.push(&rest[..end]);
+        rest = rest[end..].trim_ascii_start();
+    }
+    args
+}
+
+/// An argument's key (`-` read as `_`) and value, without the quotes around it or its value: what
+/// bootc compares (`linux_kernel_cmdline` 0.1.1 `Parameter::parse_internal` and its `PartialEq`).
+fn key_value(arg: &str) -> (impl Iterator<Item = char> + '_, Option<&str>) {
+    let bare = arg.strip_prefix('"').unwrap_or(arg);
+    let bare = bare.strip_suffix('"').unwrap_or(bare);
+    let (key, value) = match bare.split_once('=') {
+        Some((key, value)) => (key, Some(value.strip_prefix('"').unwrap_or(value))),
+        None => (bare, None),
+    };
+    (key.chars().map(|c| if c == '-' { '_' } else { c }), value)
+}
+
+/// Whether `a` and `b` are the same argument as bootc counts them: the same key, `-` and `_`
+/// alike, and the same value, quotes aside (`a-b="x y"` is `a_b=x y`'s double; `a` is not `a=`'s).
+pub fn same(a: &str, b: &str) -> bool {
+    let ((a_key, a_value), (b_key, b_value)) = (key_value(a), key_value(b));
+    a_value == b_value && a_key.eq(b_key)
+}
+
+/// Whether `arg` is libostree's `ostree=` (quoted or not), which names the deployment to boot.
+pub fn is_libostrees(arg: &str) -> bool {
+    let (key, value) = key_value(arg);
+    value.is_some() && key.eq("ostree".chars())
+}
+
+/// `current` (split by [`split`]) with `edits` applied in order.
 pub fn apply(current: &str, edits: &[Edit]) -> Vec<String> {
-    let mut args: Vec<String> = current.split_whitespace().map(str::to_string).collect();
+    let mut args: Vec<String> = split(current).into_iter().map(str::to_string).collect();
     for edit in edits {
         match edit {
             Edit::Add(arg) => {
@@ -151,6 +199,62 @@ mod tests {
         let once = apply("b c", &edits);
         assert_eq!(apply(&once.join(" "), &edits), once);
         assert_eq!(once, vec!["c", "a=1"]);
+    }
+
+    /// Splitting as bootc splits: `linux_kernel_cmdline` 0.1.1 `src/bytes.rs::tests::`
+    /// `test_iter_bytes_with_quotes`, `test_iter_bytes_extra_whitespace`,
+    /// `test_iter_bytes_empty`, `test_kargs_simple`, and the kernel's unmatched quote.
+    #[test]
+    fn bootc_kernel_cmdline_test_iter_bytes() {
+        assert_eq!(split("foo=\"bar baz\" qux"), ["foo=\"bar baz\"", "qux"]);
+        assert_eq!(split("  foo   bar  "), ["foo", "bar"]);
+        assert!(split("").is_empty());
+        assert_eq!(
+            split("foo=bar,bar2 baz=fuz wiz"),
+            ["foo=bar,bar2", "baz=fuz", "wiz"]
+        );
+        assert_eq!(
+            split("  root=UUID=1\tdyndbg=\"file x +p\" \"a b\"  quiet\n"),
+            ["root=UUID=1", "dyndbg=\"file x +p\"", "\"a b\"", "quiet"]
+        );
+        assert!(split(" \t ").is_empty());
+        // An unmatched quote runs to the end, as in the kernel.
+        assert_eq!(split("a=\"b c d"), ["a=\"b c d"]);
+        // Splitting is at ASCII whitespace only, as the kernel's isspace().
+        assert_eq!(split("a\u{a0}b c"), ["a\u{a0}b", "c"]);
+    }
+
+    /// bootc's equality of two arguments: the cases of `linux_kernel_cmdline` 0.1.1 (the crate
+    /// bootc 534c76e uses), `src/bytes.rs::tests::test_parameter_equality`.
+    #[test]
+    fn bootc_kernel_cmdline_test_parameter_equality() {
+        assert!(!same("foo", "foobar") && !same("foobar", "foo"));
+        assert!(same("a-delimited-param", "a_delimited_param"));
+        assert!(same(
+            "a-delimited-param=same_values",
+            "a_delimited_param=same_values"
+        ));
+        assert!(!same(
+            "a-delimited-param=different_values",
+            "a_delimited_param=DiFfErEnT_valUEZ"
+        ));
+        assert!(!same("same_key", "same_key=but_with_a_value"));
+        // Only the key's dashes are underscores.
+        assert!(!same("a=b-c", "a=b_c"));
+    }
+
+    /// Quotes in bootc's comparison: `linux_kernel_cmdline` 0.1.1
+    /// `src/bytes.rs::tests::test_parameter_pathological` and `test_parameter_quoted`.
+    #[test]
+    fn bootc_kernel_cmdline_test_parameter_pathological() {
+        // A quote closed before `=` stays in the key...
+        assert!(!same("\"foo\"=bar", "foo=bar"));
+        // ...one closed right after it does not.
+        assert!(same("\"foo=\"bar", "foo=bar"));
+        assert!(same("foo=\"bar baz\"", "\"foo=bar baz\""));
+        assert!(same("foo=\"bar\"", "foo=bar") && same("\"quiet\"", "quiet"));
+        // Quotes inside a value are the value's.
+        assert!(!same("foo=\"a\"b\"", "foo=ab"));
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use crate::common::*;
 
-/// The `options` line of the boot entry whose title names `version`.
-fn entry_options(env: &Env, version: &str) -> Vec<String> {
+/// The `options` line of the boot entry whose title names `version`, as written.
+fn options_line(env: &Env, version: &str) -> String {
     let entries = env.sysroot.boot_entries().unwrap();
     let (_, entry) = entries
         .iter()
@@ -14,6 +14,12 @@ fn entry_options(env: &Env, version: &str) -> Vec<String> {
         .lines()
         .find_map(|l| l.strip_prefix("options "))
         .expect("an options line")
+        .to_string()
+}
+
+/// The words of [`options_line`] (for arguments without quoted spaces).
+fn entry_options(env: &Env, version: &str) -> Vec<String> {
+    options_line(env, version)
         .split_whitespace()
         .map(str::to_string)
         .collect()
@@ -104,6 +110,20 @@ fn with_kargs_d(
     tree
 }
 
+/// os-v2 as version `version`, shipping `files` under /usr/lib/bootc/kargs.d (none: no
+/// kargs.d directory), pushed as tag `v<version>`.
+fn push_with_kargs_d(
+    env: &Env,
+    version: &str,
+    files: &[(&str, String)],
+) -> pivot_testkit::PushedImage {
+    let tree = with_kargs_d(fixture("os-v2"), version, files);
+    env.push(
+        &format!("v{version}"),
+        &pivot_testkit::ImageSpec::new(tree, version),
+    )
+}
+
 #[test]
 fn kargs_d_of_each_image_is_added_changed_and_dropped_and_the_admins_own_stay() {
     let env = Env::new();
@@ -115,8 +135,8 @@ fn kargs_d_of_each_image_is_added_changed_and_dropped_and_the_admins_own_stay() 
     } else {
         "aarch64"
     };
-    let v2 = with_kargs_d(
-        fixture("os-v2"),
+    let v2 = push_with_kargs_d(
+        &env,
         "2",
         &[
             ("10-console.toml", kargs_toml(&["console=tty0", "quiet"])),
@@ -132,7 +152,6 @@ fn kargs_d_of_each_image_is_added_changed_and_dropped_and_the_admins_own_stay() 
             ("README", "not toml [".into()),
         ],
     );
-    let v2 = env.push("v2", &pivot_testkit::ImageSpec::new(v2, "2"));
     assert_success(&env.pivot(&["--karg-append", "mitigations=off", &v2.by_tag]));
     let options = entry_options(&env, "2");
     let has = |options: &[String], arg: &str| options.iter().any(|o| o == arg);
@@ -150,15 +169,14 @@ fn kargs_d_of_each_image_is_added_changed_and_dropped_and_the_admins_own_stay() 
     assert!(!has(&options, "other.arch"), "{options:?}");
 
     // v3 changes one file, drops another, adds a third.
-    let v3 = with_kargs_d(
-        fixture("os-v2"),
+    let v3 = push_with_kargs_d(
+        &env,
         "3",
         &[
             ("10-console.toml", kargs_toml(&["console=tty1", "quiet"])),
             ("40-new.toml", kargs_toml(&["added.in.v3"])),
         ],
     );
-    let v3 = env.push("v3", &pivot_testkit::ImageSpec::new(v3, "3"));
     assert_success(&env.pivot(&[&v3.by_tag]));
     let options = entry_options(&env, "3");
     for arg in [
@@ -222,15 +240,14 @@ fn kargs_d_of_each_image_is_added_changed_and_dropped_and_the_admins_own_stay() 
 #[test]
 fn an_image_whose_kargs_d_cannot_be_read_is_refused_before_anything_is_written() {
     let env = Env::new();
-    let bad = with_kargs_d(
-        fixture("os-v2"),
+    let image = push_with_kargs_d(
+        &env,
         "2",
         &[(
             "10-console.toml",
             "kargs = [\"console=tty0\"]\narch = [\"x86_64\"]\n".into(),
         )],
     );
-    let image = env.push("bad", &pivot_testkit::ImageSpec::new(bad, "2"));
     assert_refused(
         &env,
         &[&image.by_tag],
@@ -240,4 +257,140 @@ fn an_image_whose_kargs_d_cannot_be_read_is_refused_before_anything_is_written()
             "unknown field `arch`",
         ],
     );
+    // A quote that is not closed would take the rest of the command line: refused, in one
+    // line naming the file and the whole entry.
+    let image = push_with_kargs_d(
+        &env,
+        "3",
+        &[(
+            "10-debug.toml",
+            kargs_toml(&["dyndbg=\"file x +p", "nosmt"]),
+        )],
+    );
+    assert_refused(&env, &[&image.by_tag], &[]);
+    let err = stderr(&env.pivot(&[&image.by_tag]));
+    let line = err
+        .lines()
+        .find(|l| l.contains("10-debug.toml"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.contains("kernel arguments the image ships")
+            && line.contains("kernel argument `dyndbg=\"file x +p` has an unmatched double quote"),
+        "{err}"
+    );
+}
+
+/// Each argument of deployment 0 in `pivot status --json`, with its source and kargs.d file.
+fn sources(env: &Env) -> Vec<(String, String, Option<String>)> {
+    env.status_json()["deployments"][0]["kernel_arguments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["arg"].as_str().unwrap().to_string(),
+                a["source"].as_str().unwrap().to_string(),
+                a["file"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+/// bootc's `get_kargs`: a new image with no kargs.d directory keeps the arguments the running
+/// image's listed (and the rest of the command line), where pivot used to remove them.
+#[test]
+fn an_image_without_kargs_d_keeps_the_arguments_the_previous_image_listed() {
+    let env = Env::new();
+    let v2 = push_with_kargs_d(
+        &env,
+        "2",
+        &[("10-a.toml", kargs_toml(&["from.v2=1", "quiet"]))],
+    );
+    assert_success(&env.pivot(&[&v2.by_tag]));
+    let v3 = push_with_kargs_d(&env, "3", &[]);
+    assert_success(&env.pivot(&[&v3.by_tag]));
+
+    let options = entry_options(&env, "3");
+    for arg in ["from.v2=1", "quiet", KARGS[0], KARGS[1]] {
+        assert_eq!(
+            options.iter().filter(|o| *o == arg).count(),
+            1,
+            "{arg}: {options:?}"
+        );
+    }
+    // v3 lists nothing: they are carried over, as the installer's are.
+    assert!(sources(&env).contains(&("from.v2=1".into(), "carried".into(), None)));
+}
+
+/// bootc reads a kargs.d file only when its extension is `toml`: a file named just `.toml`
+/// has none. A quoted value with spaces is one argument, written to the boot entry intact.
+#[test]
+fn kargs_d_skips_a_file_named_dot_toml_and_keeps_a_quoted_argument_whole() {
+    let env = Env::new();
+    let quoted = "dyndbg=\"file drivers/usb/* +p\"";
+    let v2 = push_with_kargs_d(
+        &env,
+        "2",
+        &[
+            (".toml", kargs_toml(&["from.dot.toml"])),
+            ("10-debug.toml", kargs_toml(&[quoted, "nosmt"])),
+        ],
+    );
+    assert_success(&env.pivot(&[&v2.by_tag]));
+
+    let line = options_line(&env, "2");
+    assert!(
+        line.contains(&format!(" {quoted} ")) || line.ends_with(&format!(" {quoted}")),
+        "{line}"
+    );
+    assert!(!line.contains("from.dot.toml"), "{line}");
+    let sources = sources(&env);
+    assert!(
+        sources.contains(&(quoted.into(), "image".into(), Some("10-debug.toml".into()))),
+        "{sources:?}"
+    );
+    let text = String::from_utf8(env.subcommand("status", &[]).stdout).unwrap();
+    assert!(
+        text.contains(&format!("Image kargs: {quoted} nosmt (10-debug.toml)")),
+        "{text}"
+    );
+
+    // A pivot to the same image again leaves the quoted argument as it is, once.
+    let v3 = push_with_kargs_d(
+        &env,
+        "3",
+        &[("10-debug.toml", kargs_toml(&[quoted, "nosmt"]))],
+    );
+    assert_success(&env.pivot(&[&v3.by_tag]));
+    assert_eq!(options_line(&env, "3").matches(quoted).count(), 1);
+}
+
+/// An argument the admin added is the admin's in status, even when the image lists it too.
+#[test]
+fn status_names_the_admin_for_an_argument_the_image_also_lists() {
+    let env = Env::new();
+    let file = env.default_etc().join("pivot/kernel-args");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "ADD nosmt\n").unwrap();
+    let v2 = push_with_kargs_d(&env, "2", &[("10-a.toml", kargs_toml(&["quiet", "nosmt"]))]);
+    assert_success(&env.pivot(&["--karg-append", "quiet", &v2.by_tag]));
+
+    let options = entry_options(&env, "2");
+    for arg in ["quiet", "nosmt"] {
+        assert_eq!(
+            options.iter().filter(|o| *o == arg).count(),
+            1,
+            "{options:?}"
+        );
+    }
+    let sources = sources(&env);
+    for arg in ["quiet", "nosmt"] {
+        assert!(
+            sources.contains(&(arg.into(), "admin".into(), None)),
+            "{arg}: {sources:?}"
+        );
+    }
+    let text = String::from_utf8(env.subcommand("status", &[]).stdout).unwrap();
+    assert!(text.contains("Admin kargs: quiet nosmt"), "{text}");
+    assert!(!text.contains("Image kargs"), "{text}");
 }
