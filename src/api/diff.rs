@@ -14,6 +14,8 @@ pub struct PackageDiff {
     pub api_version: String,
     /// Always `PivotPackageDiff`.
     pub kind: String,
+    /// Whose packages these are: `rpm` (rpm-ostree's package list) or `dpkg`.
+    pub package_manager: String,
     pub from: DiffSide,
     pub to: DiffSide,
     /// Newer version in `to`, by the package manager's version order.
@@ -50,11 +52,18 @@ pub struct Package {
     pub arch: String,
 }
 
-/// A package in both, at different versions.
+/// A package in both, at different versions or architectures. Packages are paired as
+/// rpm-ostree pairs them: by name and architecture, so that each architecture of a multilib
+/// (or dpkg `Multi-Arch: same`) package is its own; a name there once on each side is one
+/// change even when its architecture changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Change {
     pub name: String,
+    /// The architecture in `to`.
     pub arch: String,
     pub from: String,
     pub to: String,
+    /// The architecture in `from`: `arch` but for a package that changed architecture
+    /// (`noarch` → `x86_64`, `all` → `amd64`).
+    pub from_arch: String,
 }

@@ -244,6 +244,10 @@ pub struct UpdateCheck {
     /// With `--diff`: the packages the update changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages: Option<super::diff::PackageDiff>,
+    /// With `--diff`, when the packages cannot be compared (a commit that carries no package
+    /// list pivot reads): why. `packages` is then absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages_unknown: Option<String>,
 }
 
 /// A `pivot rollback`.

@@ -63,13 +63,18 @@ pub enum Command {
     /// Under the reboot strategy fleet_lock only with `--reboot`: the FleetLock slot is taken
     /// first, and given back if the unlock or the reboot fails.
     Finalize(FinalizeArgs),
-    /// Show the packages added, removed, upgraded and downgraded between two deployments.
+    /// Show the packages added, removed, upgraded and downgraded between two deployments,
+    /// commits or refs, as `rpm-ostree db diff` does.
     ///
-    /// FROM and TO are deployments by index (as `pivot status` lists them), commits by
-    /// checksum (or a unique prefix of a deployment's) or refs. By default FROM is the booted
-    /// deployment and TO the update waiting: the staged deployment, else the newest download
-    /// (--download-only), else the default deployment. Package lists are read from the
-    /// commit's rpmostree.rpmdb.pkglist metadata, else from the tree's dpkg status file.
+    /// The arguments are rpm-ostree's: `pivot diff FROM TO` compares FROM with TO; `pivot diff
+    /// TO` the booted deployment with TO; `pivot diff` the booted deployment with the update
+    /// waiting (the staged deployment, else the newest download (--download-only), else the
+    /// default deployment), or when none waits the rollback deployment with the booted one. On
+    /// a sysroot that is not booted, its default deployment stands for the booted one. Each is
+    /// a deployment by index (as `pivot status` lists them), a commit by checksum (or a unique
+    /// prefix of a deployment's) or a ref. Package lists are read from the commit's
+    /// rpmostree.rpmdb.pkglist metadata, else from the tree's dpkg status file; packages are
+    /// paired by name and architecture, as rpm-ostree pairs them.
     Diff(DiffArgs),
     /// Show the configuration in effect: each key, its value, and the drop-in that set it.
     ///
@@ -114,15 +119,30 @@ pub struct ConfirmArgs {
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The deployment (index), commit or ref to compare from.
+    /// With TO: the deployment (index), commit or ref to compare from. Alone: the one to
+    /// compare the booted deployment with (TO), as `rpm-ostree db diff REV` takes it.
     pub from: Option<String>,
     /// The deployment (index), commit or ref to compare to.
     pub to: Option<String>,
+    /// The OSTree sysroot whose deployments and repo are read.
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysroot: PathBuf,
-    /// Print JSON (schema in docs/diff.schema.json).
-    #[arg(long)]
+    /// Print pivot's JSON document (PivotPackageDiff, schema in docs/diff.schema.json).
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format, as rpm-ostree db diff's: block (the default, for people), diff (+, -, !
+    /// and = lines, for scripts) or json (rpm-ostree's document: ostree-commit-from,
+    /// ostree-commit-to and pkgdiff).
+    #[arg(short = 'F', long, value_name = "FORMAT", value_enum, default_value_t = DiffFormat::Block)]
+    pub format: DiffFormat,
+}
+
+/// `pivot diff --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormat {
+    Block,
+    Diff,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -214,7 +234,9 @@ pub struct PivotArgs {
     #[arg(long, conflicts_with = "reboot")]
     pub check: bool,
     /// With --check: also download the update (as --download-only does, kept for the pivot
-    /// that follows) and print its package changes against the running deployment.
+    /// that follows) and print its package changes against the running deployment (the one
+    /// the check calls "now"). When the running commit carries no package list nothing is
+    /// downloaded, and the packages are said to be unknown.
     #[arg(long, requires = "check")]
     pub diff: bool,
     /// With --check: print the result as JSON (schema in docs/update-check.schema.json).

@@ -171,13 +171,26 @@ async fn run(cli: Cli, progress: Progress) -> Result<Exit> {
             Ok(Exit::Success)
         }
         Some(Command::Diff(args)) => {
+            // rpm-ostree's rule: a single argument is what to compare the booted deployment to.
+            let (from, to) = match (args.from, args.to) {
+                (Some(to), None) => (None, Some(to)),
+                pair => pair,
+            };
+            let sysroot = args.sysroot;
             let diff = tokio::task::spawn_blocking(move || {
-                diff::read(&args.sysroot, args.from.as_deref(), args.to.as_deref())
+                diff::read(&sysroot, from.as_deref(), to.as_deref())
             })
             .await??;
-            match args.json {
-                true => println!("{}", serde_json::to_string_pretty(&diff)?),
-                false => print!("{}", diff::render(&diff)),
+            match (args.json, args.format) {
+                (true, _) => println!("{}", serde_json::to_string_pretty(&diff)?),
+                (false, DiffFormat::Block) => print!("{}", diff::render(&diff)),
+                (false, DiffFormat::Diff) => print!("{}", diff::render_for_scripts(&diff)),
+                (false, DiffFormat::Json) => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&diff::rpm_ostree_json(&diff))?
+                    )
+                }
             }
             Ok(Exit::Success)
         }
@@ -437,7 +450,10 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
     let mut report = run::run(&opts).await?;
     if let Some(mut check) = report.check.take() {
         if args.diff && check.update.is_some() {
-            check.packages = Some(download_and_diff(&opts, &check).await?);
+            match download_and_diff(&opts, &check).await? {
+                Ok(packages) => check.packages = Some(packages),
+                Err(why) => check.packages_unknown = Some(why),
+            }
         }
         match args.json {
             true => println!("{}", serde_json::to_string_pretty(&check)?),
@@ -500,13 +516,23 @@ async fn run_pivot(args: PivotArgs, progress: Progress) -> Result<Exit> {
 
 /// `--check --diff`: the update found is downloaded as `--download-only` does (by digest, so
 /// what is compared is what was checked; kept for the pivot that follows), then compared with
-/// the running deployment. A legacy image is downloaded whole, and so is a native one: its
-/// package list is in its commit's metadata, but pivot imports an image only whole.
+/// the deployment the check calls "now" (`check.checksum`). A legacy image is downloaded whole,
+/// and so is a native one: its package list is in its commit's metadata, but pivot imports an
+/// image only whole. When the running commit carries no package list nothing is downloaded;
+/// when either carries none, the packages are unknown: `Err` says why.
 async fn download_and_diff(
     opts: &run::Options,
     check: &crate::api::status::UpdateCheck,
-) -> Result<crate::api::diff::PackageDiff> {
+) -> Result<Result<crate::api::diff::PackageDiff, String>> {
     let update = check.update.as_ref().expect("an update");
+    let (sysroot, now) = (opts.sysroot.clone(), check.checksum.clone());
+    let unknown =
+        tokio::task::spawn_blocking(move || diff::unknown_packages(&sysroot, &now)).await??;
+    if let Some(why) = unknown {
+        return Ok(Err(format!(
+            "reading the packages of the running deployment: {why}"
+        )));
+    }
     let download = run::Options {
         pullspec: Some(update.image.clone()),
         check: false,
@@ -520,8 +546,12 @@ async fn download_and_diff(
         "the download of {} named no commit",
         update.image
     );
-    let sysroot = opts.sysroot.clone();
-    tokio::task::spawn_blocking(move || diff::read(&sysroot, None, Some(&commit))).await?
+    let (sysroot, now) = (opts.sysroot.clone(), check.checksum.clone());
+    let read = tokio::task::spawn_blocking(move || diff::read(&sysroot, Some(&now), Some(&commit)));
+    match read.await? {
+        Ok(packages) => Ok(Ok(packages)),
+        Err(e) => diff::no_package_list(e).map(Err),
+    }
 }
 
 #[cfg(test)]

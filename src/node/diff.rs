@@ -1,13 +1,17 @@
-//! `pivot diff [FROM] [TO]`: the packages that differ between two deployments (or commits), as
+//! `pivot diff [[FROM] TO]`: the packages that differ between two deployments (or commits), as
 //! `rpm-ostree db diff` shows them, from the package lists the commits carry
 //! ([`crate::sysroot::packages`]): computed from the lists, never from a diff the image ships,
 //! because the diff that matters is against what the node runs.
 //!
-//! FROM and TO are deployments by index (the order `pivot status` lists them in), commits by
-//! checksum (or a unique prefix of a deployment's), or refs (`pivot/downloaded/…`). By default
-//! FROM is the booted deployment (on a sysroot that is not booted: the one before the default)
-//! and TO the update waiting: the staged deployment, else the newest download
-//! (`--download-only`) not deployed, else the default deployment when it is not FROM.
+//! The arguments are `rpm-ostree db diff`'s (src/app/rpmostree-db-builtin-diff.cxx,
+//! `rpmostree_db_builtin_diff`): with FROM and TO, from one to the other; with one, from the
+//! booted deployment to it; with none, from the booted deployment to the update waiting (the
+//! staged deployment, else the newest download (`--download-only`) not deployed, else the
+//! default deployment when it is not the booted one), else from the rollback deployment to the
+//! booted one. On a sysroot that is not booted, the default deployment stands for the booted
+//! one, as in `pivot --check`. Each is a deployment by index (the order `pivot status` lists
+//! them in), a commit by checksum (or a unique prefix of a deployment's), or a ref
+//! (`pivot/downloaded/…`).
 
 use std::fmt::Write;
 use std::path::Path;
@@ -25,20 +29,38 @@ struct Side {
     description: String,
 }
 
-/// The package changes between FROM and TO (`None`: the defaults) of the sysroot at `path`.
+/// The package changes between FROM and TO of the sysroot at `path`: both given, from one to
+/// the other; only one, between it and the running deployment; neither, the defaults (module
+/// doc).
 pub fn read(path: &Path, from: Option<&str>, to: Option<&str>) -> Result<PackageDiff> {
     let sysroot = deployments::open_sysroot(path)?;
     let list = deployments::list(&sysroot)?;
     let repo = sysroot.repo();
-    let from = match from {
-        Some(spec) => pick(&repo, &list, spec)?,
-        None => default_from(&list)?,
-    };
-    let to = match to {
-        Some(spec) => pick(&repo, &list, spec)?,
-        None => default_to(&repo, &list, &from.checksum)?,
+    let (from, to) = match (from, to) {
+        (Some(from), Some(to)) => (pick(&repo, &list, from)?, pick(&repo, &list, to)?),
+        (None, Some(to)) => (running(&list)?, pick(&repo, &list, to)?),
+        (Some(from), None) => (pick(&repo, &list, from)?, running(&list)?),
+        (None, None) => default_pair(&repo, &list)?,
     };
     compare(&repo, &from, &to)
+}
+
+/// Why the packages of `checksum`, a commit of the sysroot at `path`, cannot be compared
+/// (it carries no package list), or `None` when they can.
+pub fn unknown_packages(path: &Path, checksum: &str) -> Result<Option<String>> {
+    let sysroot = deployments::open_sysroot(path)?;
+    match packages::read(&sysroot.repo(), checksum) {
+        Ok(_) => Ok(None),
+        Err(e) => no_package_list(e).map(Some),
+    }
+}
+
+/// The error's text when it is that a commit carries no package list; else the error.
+pub fn no_package_list(e: anyhow::Error) -> Result<String> {
+    match e.downcast_ref::<packages::NoPackageList>() {
+        Some(_) => Ok(format!("{e:#}")),
+        None => Err(e),
+    }
 }
 
 /// The changes from `from` to `to`, both commits in `repo`.
@@ -50,42 +72,37 @@ fn compare(repo: &ostree::Repo, from: &Side, to: &Side) -> Result<PackageDiff> {
     let (old, new) = (read(from)?, read(to)?);
     ensure!(
         old.kind == new.kind,
-        "the {} lists {:?} packages and the {} {:?} ones: there is nothing to compare",
+        "the {} has {} packages and the {} {} ones: packages of two package managers cannot be compared",
         from.description,
         old.kind,
         to.description,
         new.kind
     );
+    let walk = packages::walk(&old, &new);
     let mut diff = PackageDiff {
         api_version: API_VERSION.into(),
         kind: KIND.into(),
+        package_manager: old.kind.to_string(),
         from: side(repo, from, &old)?,
         to: side(repo, to, &new)?,
         upgraded: Vec::new(),
         downgraded: Vec::new(),
-        removed: Vec::new(),
-        added: Vec::new(),
+        removed: walk.removed.into_iter().map(package).collect(),
+        added: walk.added.into_iter().map(package).collect(),
     };
-    for (key, p) in &new.packages {
-        let Some(was) = old.packages.get(key) else {
-            diff.added.push(package(p));
-            continue;
-        };
+    for (was, now) in walk.changed {
         let change = Change {
-            name: p.name.clone(),
-            arch: p.arch.clone(),
+            name: now.name.clone(),
+            arch: now.arch.clone(),
             from: was.version.clone(),
-            to: p.version.clone(),
+            to: now.version.clone(),
+            from_arch: was.arch.clone(),
         };
-        match new.compare(&was.version, &p.version) {
-            std::cmp::Ordering::Less => diff.upgraded.push(change),
+        // rpm-ostree's verdict (rpm_ostree_db_diff_variant): a downgrade when the old package
+        // orders after the new one, by version then architecture; any other change an upgrade.
+        match old.order(was, now) {
             std::cmp::Ordering::Greater => diff.downgraded.push(change),
-            std::cmp::Ordering::Equal => {}
-        }
-    }
-    for (key, p) in &old.packages {
-        if !new.packages.contains_key(key) {
-            diff.removed.push(package(p));
+            _ => diff.upgraded.push(change),
         }
     }
     Ok(diff)
@@ -143,10 +160,20 @@ fn pick(repo: &ostree::Repo, list: &[DeploymentInfo], spec: &str) -> Result<Side
             .enumerate()
             .filter(|(_, d)| d.checksum.starts_with(spec))
             .collect();
-        match matches.as_slice() {
-            [(i, d)] => return Ok(deployment(*i, d)),
-            [] => {}
-            _ => bail!("{spec} is the start of several deployments' commits: give more of it"),
+        // Several deployments of one commit: the one that runs, else the default, else the
+        // first; their packages are the same.
+        let one_commit = matches.iter().all(|(_, d)| d.checksum == matches[0].1.checksum);
+        let preferred = matches
+            .iter()
+            .find(|(_, d)| d.booted)
+            .or_else(|| matches.iter().find(|(_, d)| d.default))
+            .or(matches.first());
+        match (preferred, one_commit) {
+            (Some((i, d)), true) => return Ok(deployment(*i, d)),
+            (None, _) => {}
+            (Some(_), false) => {
+                bail!("{spec} is the start of several deployments' commits: give more of it")
+            }
         }
     }
     let resolved = repo
@@ -168,11 +195,11 @@ fn pick(repo: &ostree::Repo, list: &[DeploymentInfo], spec: &str) -> Result<Side
     }
 }
 
-fn default_from(list: &[DeploymentInfo]) -> Result<Side> {
+/// What runs: the booted deployment, else (a sysroot that is not booted) the default one.
+fn running(list: &[DeploymentInfo]) -> Result<Side> {
     let found = list
         .iter()
         .position(|d| d.booted)
-        .or_else(|| list.iter().position(|d| d.rollback))
         .or_else(|| list.iter().position(|d| d.default));
     match found {
         Some(i) => Ok(deployment(i, &list[i])),
@@ -180,17 +207,23 @@ fn default_from(list: &[DeploymentInfo]) -> Result<Side> {
     }
 }
 
-fn default_to(repo: &ostree::Repo, list: &[DeploymentInfo], from: &str) -> Result<Side> {
+/// With no argument: from what runs to the update waiting, else from the rollback deployment
+/// to what runs.
+fn default_pair(repo: &ostree::Repo, list: &[DeploymentInfo]) -> Result<(Side, Side)> {
+    let now = running(list)?;
     if let Some(i) = list.iter().position(|d| d.staged) {
-        return Ok(deployment(i, &list[i]));
+        return Ok((now, deployment(i, &list[i])));
     }
     if let Some(side) = newest_download(repo, list)? {
-        return Ok(side);
+        return Ok((now, side));
     }
-    match list.iter().position(|d| d.default && d.checksum != from) {
-        Some(i) => Ok(deployment(i, &list[i])),
+    if let Some(i) = list.iter().position(|d| d.default && d.checksum != now.checksum) {
+        return Ok((now, deployment(i, &list[i])));
+    }
+    match list.iter().position(|d| d.rollback) {
+        Some(i) => Ok((deployment(i, &list[i]), now)),
         None => bail!(
-            "nothing to compare with: no staged deployment, no download (--download-only) and no other default deployment; name what to compare (pivot diff FROM TO)"
+            "nothing to compare with: no staged deployment, no download (--download-only), no other default deployment and no rollback; name what to compare (pivot diff [FROM] TO)"
         ),
     }
 }
@@ -239,23 +272,39 @@ fn newest_download(repo: &ostree::Repo, list: &[DeploymentInfo]) -> Result<Optio
     Ok(newest.map(|(_, side)| side))
 }
 
-/// The human view, as `rpm-ostree db diff` lays it out.
+/// How a package is named in the views: rpm's `name-[epoch:]version-release.arch`, as
+/// rpm-ostree prints it, or dpkg's `name:arch version`.
+fn named(diff: &PackageDiff, p: &Package) -> String {
+    match diff.package_manager.as_str() {
+        "dpkg" => format!("{}:{} {}", p.name, p.arch, p.version),
+        _ => format!("{}-{}.{}", p.name, p.version, p.arch),
+    }
+}
+
+/// The human view, as `rpm-ostree db diff` lays it out (its "block" format): the two commits,
+/// then the upgraded, downgraded, removed and added packages. A package that changed
+/// architecture shows both.
 pub fn render(diff: &PackageDiff) -> String {
     let mut out = String::new();
-    for (label, side) in [("From", &diff.from), ("To", &diff.to)] {
+    for (label, side) in [("from:", &diff.from), ("to:", &diff.to)] {
         let version = side.version.as_deref().unwrap_or("(none)");
         let _ = writeln!(
             out,
-            "{label:>4}: {}, version {version} ({})",
+            "ostree diff commit {label:<5} {}, version {version} ({})",
             side.description, side.checksum
         );
-        let _ = writeln!(out, "      {} packages from {}", side.packages, side.packages_from);
     }
     for (title, changes) in [("Upgraded", &diff.upgraded), ("Downgraded", &diff.downgraded)] {
         if !changes.is_empty() {
             let _ = writeln!(out, "{title}:");
             for c in changes {
-                let _ = writeln!(out, "  {} {} -> {}", c.name, c.from, c.to);
+                let _ = write!(out, "  {} {} -> {}", c.name, c.from, c.to);
+                match c.from_arch == c.arch {
+                    true => out.push('\n'),
+                    false => {
+                        let _ = writeln!(out, " ({} -> {})", c.from_arch, c.arch);
+                    }
+                }
             }
         }
     }
@@ -263,7 +312,7 @@ pub fn render(diff: &PackageDiff) -> String {
         if !list.is_empty() {
             let _ = writeln!(out, "{title}:");
             for p in list {
-                let _ = writeln!(out, "  {} {} ({})", p.name, p.version, p.arch);
+                let _ = writeln!(out, "  {}", named(diff, p));
             }
         }
     }
@@ -275,4 +324,160 @@ pub fn render(diff: &PackageDiff) -> String {
         out.push_str("No package changes.\n");
     }
     out
+}
+
+/// `--format=diff`, rpm-ostree's view for scripts: `+` an added package, `-` a removed one,
+/// `!` the old and `=` the new of a changed one, by name.
+pub fn render_for_scripts(diff: &PackageDiff) -> String {
+    let changed = |c: &Change, arch: &str, version: &str| Package {
+        name: c.name.clone(),
+        version: version.to_string(),
+        arch: arch.to_string(),
+    };
+    let mut lines: Vec<(&str, String)> = Vec::new();
+    for c in diff.upgraded.iter().chain(&diff.downgraded) {
+        let (old, new) = (changed(c, &c.from_arch, &c.from), changed(c, &c.arch, &c.to));
+        let text = format!("!{}\n={}\n", named(diff, &old), named(diff, &new));
+        lines.push((&c.name, text));
+    }
+    for (sign, list) in [('-', &diff.removed), ('+', &diff.added)] {
+        for p in list {
+            lines.push((&p.name, format!("{sign}{}\n", named(diff, p))));
+        }
+    }
+    lines.sort_by(|a, b| a.0.cmp(b.0));
+    lines.into_iter().map(|(_, text)| text).collect()
+}
+
+/// `--format=json`: the document `rpm-ostree db diff --format=json` prints
+/// (rpmostree_db_builtin_diff, and rpm_ostree_db_diff_variant in
+/// src/daemon/rpmostree-package-variants.cxx): `ostree-commit-from`, `ostree-commit-to`,
+/// `pkgdiff`, a list of `[name, type, {"PreviousPackage": [name, evr, arch], "NewPackage":
+/// [...]}]` with type 0 added, 1 removed, 2 upgraded, 3 downgraded, sorted by type then name;
+/// and `advisories`, which pivot does not read (always empty).
+pub fn rpm_ostree_json(diff: &PackageDiff) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let triple = |name: &str, version: &str, arch: &str| json!([name, version, arch]);
+    let mut pkgdiff: Vec<(u32, &str, Value)> = Vec::new();
+    for p in &diff.added {
+        let new = triple(&p.name, &p.version, &p.arch);
+        pkgdiff.push((0, &p.name, json!({ "NewPackage": new })));
+    }
+    for p in &diff.removed {
+        let old = triple(&p.name, &p.version, &p.arch);
+        pkgdiff.push((1, &p.name, json!({ "PreviousPackage": old })));
+    }
+    for (kind, changes) in [(2, &diff.upgraded), (3, &diff.downgraded)] {
+        for c in changes {
+            let details = json!({
+                "PreviousPackage": triple(&c.name, &c.from, &c.from_arch),
+                "NewPackage": triple(&c.name, &c.to, &c.arch),
+            });
+            pkgdiff.push((kind, &c.name, details));
+        }
+    }
+    pkgdiff.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    json!({
+        "ostree-commit-from": diff.from.checksum,
+        "ostree-commit-to": diff.to.checksum,
+        "pkgdiff": pkgdiff
+            .into_iter()
+            .map(|(kind, name, details)| json!([name, kind, details]))
+            .collect::<Vec<Value>>(),
+        "advisories": [],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(checksum: &str) -> DiffSide {
+        DiffSide {
+            checksum: checksum.into(),
+            description: format!("commit {checksum}"),
+            version: None,
+            packages_from: "/usr/share/dpkg/database/status".into(),
+            packages: 3,
+        }
+    }
+
+    fn package(name: &str, version: &str, arch: &str) -> Package {
+        Package {
+            name: name.into(),
+            version: version.into(),
+            arch: arch.into(),
+        }
+    }
+
+    /// A dpkg diff: a Multi-Arch: same library losing its i386 build, one downgraded, one
+    /// turned from `all` to `amd64`.
+    fn dpkg_diff() -> PackageDiff {
+        let change = |name: &str, from: &str, to: &str, from_arch: &str, arch: &str| Change {
+            name: name.into(),
+            arch: arch.into(),
+            from: from.into(),
+            to: to.into(),
+            from_arch: from_arch.into(),
+        };
+        PackageDiff {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
+            package_manager: "dpkg".into(),
+            from: side("aaaa"),
+            to: side("bbbb"),
+            upgraded: vec![change("tzdata", "2024a-0", "2024a-0", "all", "amd64")],
+            downgraded: vec![change("bash", "5.2.15-2", "5.2.15-1", "amd64", "amd64")],
+            removed: vec![package("libc6", "2.36-9", "i386")],
+            added: vec![],
+        }
+    }
+
+    #[test]
+    fn the_views_name_dpkg_packages_as_dpkg_does_and_show_architecture_changes() {
+        let diff = dpkg_diff();
+        assert_eq!(
+            render(&diff),
+            "ostree diff commit from: commit aaaa, version (none) (aaaa)\n\
+             ostree diff commit to:   commit bbbb, version (none) (bbbb)\n\
+             Upgraded:\n  tzdata 2024a-0 -> 2024a-0 (all -> amd64)\n\
+             Downgraded:\n  bash 5.2.15-2 -> 5.2.15-1\n\
+             Removed:\n  libc6:i386 2.36-9\n"
+        );
+        assert_eq!(
+            render_for_scripts(&diff),
+            "!bash:amd64 5.2.15-2\n=bash:amd64 5.2.15-1\n-libc6:i386 2.36-9\n\
+             !tzdata:all 2024a-0\n=tzdata:amd64 2024a-0\n"
+        );
+    }
+
+    /// rpm_ostree_db_diff_variant (src/daemon/rpmostree-package-variants.cxx): removed is
+    /// type 1 with only `PreviousPackage`, downgraded 3; sorted by type, then name.
+    #[test]
+    fn rpm_ostree_json_types_and_order() {
+        let json = rpm_ostree_json(&dpkg_diff());
+        let types: Vec<(String, u64)> = json["pkgdiff"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e[0].as_str().unwrap().into(), e[1].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            types,
+            [("libc6".into(), 1), ("tzdata".into(), 2), ("bash".into(), 3)]
+        );
+        assert_eq!(
+            json["pkgdiff"][0][2],
+            serde_json::json!({ "PreviousPackage": ["libc6", "2.36-9", "i386"] })
+        );
+        assert_eq!(json["ostree-commit-from"], "aaaa");
+    }
+
+    #[test]
+    fn no_change_is_said() {
+        let mut diff = dpkg_diff();
+        (diff.upgraded, diff.downgraded, diff.removed) = (vec![], vec![], vec![]);
+        assert!(render(&diff).ends_with(")\nNo package changes.\n"));
+        assert_eq!(render_for_scripts(&diff), "");
+    }
 }

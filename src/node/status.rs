@@ -266,9 +266,16 @@ pub fn render(status: &Status) -> String {
 /// `pivot --check`'s report, for people: the update's fields, each with what the node runs now.
 pub fn render_check(check: &status::UpdateCheck) -> String {
     let mut out = String::new();
-    if let Some(update) = &check.update {
-        let _ = writeln!(out, "Update available ({}): {}", check.stateroot, update.image);
-        update_fields(&mut out, update, Some(check));
+    match &check.update {
+        Some(update) => {
+            let _ = writeln!(out, "Update available ({}): {}", check.stateroot, update.image);
+            update_fields(&mut out, update, Some(check));
+            if let Some(why) = &check.packages_unknown {
+                field(&mut out, "Packages", &format!("unknown: {why}"));
+            }
+        }
+        // rpm-ostree upgrade --check's words (src/app/rpmostree-builtin-upgrade.cxx).
+        None => out.push_str("No updates available.\n"),
     }
     out
 }
@@ -300,8 +307,9 @@ fn update_fields(out: &mut String, update: &status::CachedUpdate, now: Option<&s
     if let Some(timestamp) = update.timestamp {
         field(out, "Timestamp", &format_utc(timestamp));
     }
-    if let Some(kernel) = &update.kernel {
-        field(out, "Kernel", kernel);
+    match &update.kernel {
+        Some(kernel) => field(out, "Kernel", kernel),
+        None => field(out, "Kernel", "unknown (the image has no ostree.linux label)"),
     }
     if let Some(download) = &update.download {
         let text = match download {

@@ -228,6 +228,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
                 version: local.current.version.clone(),
                 update: found.clone(),
                 packages: None,
+                packages_unknown: None,
             });
             let saved = state_file.load().and_then(|mut state| {
                 state.cached_update = found;

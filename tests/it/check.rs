@@ -95,7 +95,11 @@ fn check_at_target_exits_77() {
     let out = env.pivot(&["--check", &v2.by_tag]);
     assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
     assert!(stderr(&out).contains("already"), "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).is_empty());
+    // rpm-ostree upgrade --check's words, and its exit code (77).
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "No updates available.\n"
+    );
     let out = env.pivot(&["--check", "--json", &v2.by_tag]);
     assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
     let check: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -196,4 +200,107 @@ fn check_of_a_chunked_native_update_counts_only_the_layers_the_node_lacks() {
     assert_eq!(download["layers"], 2);
     assert_eq!(download["of_layers"], v2_layers.len());
     assert_eq!(download["commit_in_repo"], false);
+}
+
+/// On a sysroot that is not booted the check calls the default deployment "now"; the package
+/// changes of `--check --diff` are from it too, not from the rollback deployment (the two are
+/// different commits here).
+#[test]
+fn check_diff_compares_the_update_with_the_deployment_it_calls_now() {
+    let v1 = fixture("os-v1")
+        .with_rpm_pkglist(&["kernel 0 6.1.0 1.fc40 x86_64", "nano 0 7.2 6.fc40 x86_64"]);
+    let v2 = fixture("os-v2")
+        .with_rpm_pkglist(&["kernel 0 6.5.0 1.fc40 x86_64", "nano 0 7.2 6.fc40 x86_64"]);
+    let v3 = fixture("os-v2")
+        .with_file("usr/share/pivot/v3", 0o644, "3")
+        .with_rpm_pkglist(&[
+            "kernel 0 6.10.0 1.fc40 x86_64",
+            "vim-minimal 2 9.1.0 1.fc40 x86_64",
+        ]);
+    let env = Env::with_v1(&v1);
+    let v2 = env.push("v2", &ImageSpec::new(v2, "2"));
+    let v3 = env.push("v3", &ImageSpec::new(v3, "3"));
+    assert_success(&env.pivot(&[&v2.by_tag]));
+    let now = env.deployed()[0].clone();
+    assert_ne!(now, env.deployed()[1]);
+
+    let out = env.pivot(&["--check", "--diff", &v3.by_tag]);
+    assert_success(&out);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&format!("Commit: {} (now {now})", v3.commit)),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "ostree diff commit from: default deployment 0, version 2 ({now})"
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains("  kernel 6.5.0-1.fc40 -> 6.10.0-1.fc40\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("Removed:\n  nano-7.2-6.fc40.x86_64\n"),
+        "{report}"
+    );
+
+    let out = env.pivot(&["--check", "--diff", "--json", &v3.by_tag]);
+    assert_success(&out);
+    let check: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(check["checksum"], now.as_str());
+    assert_eq!(check["packages"]["from"]["checksum"], now.as_str());
+    assert_eq!(check["packages"]["upgraded"][0]["from"], "6.5.0-1.fc40");
+    assert_eq!(check["packages"]["added"][0]["name"], "vim-minimal");
+}
+
+/// `--check --diff` when a commit carries no package list: the update is still shown, and the
+/// packages are named unknown, with why. When it is the running commit, nothing is
+/// downloaded. An image without an `ostree.linux` label has its kernel named unknown too.
+#[test]
+fn check_diff_without_package_lists_shows_the_update_and_names_the_packages_unknown() {
+    let env = Env::new();
+    let v2 = env.push_v2();
+    let out = env.pivot(&["--check", "--diff", &v2.by_tag]);
+    assert_success(&out);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&format!("Update available ({STATEROOT}): ")),
+        "{report}"
+    );
+    assert!(report.contains("Version: 2 (now 1)"), "{report}");
+    assert!(
+        report.contains("Kernel: unknown (the image has no ostree.linux label)"),
+        "{report}"
+    );
+    assert!(
+        report
+            .contains("Packages: unknown: reading the packages of the running deployment: commit "),
+        "{report}"
+    );
+    assert!(report.contains("no package list"), "{report}");
+    for layer in &v2.layer_digests {
+        assert_eq!(env.registry.count_requests("GET", layer), 0, "{layer}");
+    }
+    let out = env.pivot(&["--check", "--diff", "--json", &v2.by_tag]);
+    assert_success(&out);
+    let check: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(check["packages"].is_null(), "{check}");
+    assert!(check["packages_unknown"]
+        .as_str()
+        .unwrap()
+        .contains("no package list"));
+
+    // The running commit has a list, the update none: downloaded, then unknown.
+    let env = Env::with_v1(&fixture("os-v1").with_rpm_pkglist(&["nano 0 7.2 6.fc40 x86_64"]));
+    let v2 = env.push_v2();
+    let out = env.pivot(&["--check", "--diff", &v2.by_tag]);
+    assert_success(&out);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report
+            .contains("Packages: unknown: reading the packages of the download (pivot/downloaded/"),
+        "{report}"
+    );
 }

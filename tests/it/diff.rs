@@ -89,6 +89,14 @@ fn names(list: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// A node made of `v1` that pivoted to `v2` (version 2): deployments 0 `v2` and 1 `v1`.
+fn pivoted(v1: &Tree, v2: Tree) -> Env {
+    let env = Env::with_v1(v1);
+    let image = env.push("v2", &ImageSpec::new(v2, "2"));
+    assert_success(&env.pivot(&[&image.by_tag]));
+    env
+}
+
 fn with_status(tree: Tree, text: &str) -> Tree {
     tree.with_file(STATUS, 0o644, text)
 }
@@ -173,7 +181,8 @@ fn diff_between_two_debian_trees_lists_exactly_what_dpkg_query_tells_apart() {
         text.contains(&format!("Upgraded:\n  {older} {bash}~old -> {bash}\n")),
         "{text}"
     );
-    assert!(text.contains(&format!("Removed:\n  {only_v1} ")), "{text}");
+    // dpkg's names: package:arch, then the version.
+    assert!(text.contains(&format!("Removed:\n  {only_v1}:")), "{text}");
     // By index and by checksum, the other way round: the same changes, mirrored.
     let back = env.subcommand("diff", &["--json", "0", &env.deployed()[1][..12]]);
     assert_success(&back);
@@ -196,9 +205,7 @@ fn an_rpm_ostree_package_list_in_the_commit_metadata_is_read() {
         "openssl 0 3.3.0 1.fc40 x86_64",
         "vim-minimal 2 9.1.0 1.fc40 x86_64",
     ]);
-    let env = Env::with_v1(&v1);
-    let image = env.push("v2", &ImageSpec::new(v2, "2"));
-    assert_success(&env.pivot(&[&image.by_tag]));
+    let env = pivoted(&v1, v2);
     let out = env.subcommand("diff", &["--json"]);
     assert_success(&out);
     let diff: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -289,4 +296,155 @@ fn an_ostree_native_deployment_is_read_by_its_image_commits_package_list() {
         diff["added"].as_array().unwrap().is_empty()
             && diff["removed"].as_array().unwrap().is_empty()
     );
+}
+
+/// rpm-ostree's pairing (`_rpm_ostree_diff_package_lists` in src/lib/rpmostree-package.c), on
+/// a sysroot: glibc gains its i686 build next to the x86_64 one (multilib: one addition, the
+/// x86_64 one untouched), two kernels move up one each (install-only: both versions counted),
+/// a package turns from noarch to x86_64 at the same version (one change, reported). Every
+/// package of each list is counted. Then rpm-ostree's conventions: `pivot diff TO` compares
+/// the running deployment with TO, `--format=json` is `rpm-ostree db diff --format=json`'s
+/// document and `--format=diff` its lines for scripts.
+#[test]
+fn diff_pairs_packages_by_name_and_arch_and_takes_rpm_ostree_db_diffs_arguments() {
+    let v1 = fixture("os-v1").with_rpm_pkglist(&[
+        "bash 0 5.2.26 3.fc40 x86_64",
+        "glibc 0 2.39 22.fc40 x86_64",
+        "kernel-core 0 6.9.12 200.fc40 x86_64",
+        "kernel-core 0 6.10.3 200.fc40 x86_64",
+        "pkg-archtrans 0 1.0 1 noarch",
+    ]);
+    let v2 = fixture("os-v2").with_rpm_pkglist(&[
+        "bash 0 5.2.26 3.fc40 x86_64",
+        "glibc 0 2.39 22.fc40 i686",
+        "glibc 0 2.39 22.fc40 x86_64",
+        "kernel-core 0 6.10.3 200.fc40 x86_64",
+        "kernel-core 0 6.11.2 300.fc40 x86_64",
+        "pkg-archtrans 0 1.0 1 x86_64",
+    ]);
+    let env = pivoted(&v1, v2);
+    let (new, old) = (env.deployed()[0].clone(), env.deployed()[1].clone());
+
+    // No argument on a sysroot that is not booted, nothing waiting: from the rollback
+    // deployment to the default one, which stands for the booted one.
+    let out = env.subcommand("diff", &["--json"]);
+    assert_success(&out);
+    let diff: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(diff["from"]["checksum"], old.as_str());
+    assert_eq!(diff["to"]["checksum"], new.as_str());
+    assert_eq!(diff["package_manager"], "rpm");
+    assert_eq!(
+        (
+            diff["from"]["packages"].as_u64(),
+            diff["to"]["packages"].as_u64()
+        ),
+        (Some(5), Some(6))
+    );
+    assert_eq!(names(&diff["added"]), ["glibc"]);
+    assert_eq!(diff["added"][0]["arch"], "i686");
+    assert!(diff["removed"].as_array().unwrap().is_empty(), "{diff}");
+    assert!(diff["downgraded"].as_array().unwrap().is_empty(), "{diff}");
+    assert_eq!(
+        names(&diff["upgraded"]),
+        ["kernel-core", "kernel-core", "pkg-archtrans"]
+    );
+    let arch = &diff["upgraded"][2];
+    assert_eq!(
+        (&arch["from_arch"], &arch["arch"]),
+        (&"noarch".into(), &"x86_64".into())
+    );
+    // Counted once each: what is left of either list but its removals (or additions) is the
+    // changed and unchanged packages, the same on both sides.
+    let count = |side: &str, list: &str| {
+        diff[side]["packages"].as_u64().unwrap() - diff[list].as_array().unwrap().len() as u64
+    };
+    assert_eq!(count("from", "removed"), count("to", "added"));
+
+    let text = String::from_utf8(env.subcommand("diff", &[]).stdout).unwrap();
+    let expected = format!(
+        "ostree diff commit from: rollback deployment 1, version 1 ({old})\n\
+         ostree diff commit to:   default deployment 0, version 2 ({new})\n\
+         Upgraded:\n\
+         \x20 kernel-core 6.9.12-200.fc40 -> 6.10.3-200.fc40\n\
+         \x20 kernel-core 6.10.3-200.fc40 -> 6.11.2-300.fc40\n\
+         \x20 pkg-archtrans 1.0-1 -> 1.0-1 (noarch -> x86_64)\n\
+         Added:\n\
+         \x20 glibc-2.39-22.fc40.i686\n"
+    );
+    assert_eq!(text, expected);
+
+    // One argument is TO, from the running deployment (the default one here): the way back.
+    let out = env.subcommand("diff", &["--json", "1"]);
+    assert_success(&out);
+    let back: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(back["from"]["checksum"], new.as_str());
+    assert_eq!(back["to"]["checksum"], old.as_str());
+    assert_eq!(names(&back["removed"]), ["glibc"]);
+    assert_eq!(
+        names(&back["downgraded"]),
+        ["kernel-core", "kernel-core", "pkg-archtrans"]
+    );
+
+    // rpm-ostree's JSON, as its tests read it (tests/vmcheck/test-db.sh: `.pkgdiff`, type 0
+    // added, 1 removed, 2 upgraded, 3 downgraded; sorted by type, then name).
+    let out = env.subcommand("diff", &["--format=json", "1", "0"]);
+    assert_success(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["ostree-commit-from"], old.as_str());
+    assert_eq!(json["ostree-commit-to"], new.as_str());
+    let pkg = |n: &str, v: &str, a: &str| serde_json::json!([n, v, a]);
+    assert_eq!(
+        json["pkgdiff"],
+        serde_json::json!([
+            ["glibc", 0, { "NewPackage": pkg("glibc", "2.39-22.fc40", "i686") }],
+            ["kernel-core", 2, {
+                "PreviousPackage": pkg("kernel-core", "6.9.12-200.fc40", "x86_64"),
+                "NewPackage": pkg("kernel-core", "6.10.3-200.fc40", "x86_64") }],
+            ["kernel-core", 2, {
+                "PreviousPackage": pkg("kernel-core", "6.10.3-200.fc40", "x86_64"),
+                "NewPackage": pkg("kernel-core", "6.11.2-300.fc40", "x86_64") }],
+            ["pkg-archtrans", 2, {
+                "PreviousPackage": pkg("pkg-archtrans", "1.0-1", "noarch"),
+                "NewPackage": pkg("pkg-archtrans", "1.0-1", "x86_64") }],
+        ])
+    );
+    assert_eq!(json["advisories"], serde_json::json!([]));
+
+    let out = env.subcommand("diff", &["--format=diff", "1", "0"]);
+    assert_success(&out);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "+glibc-2.39-22.fc40.i686\n\
+         !kernel-core-6.9.12-200.fc40.x86_64\n=kernel-core-6.10.3-200.fc40.x86_64\n\
+         !kernel-core-6.10.3-200.fc40.x86_64\n=kernel-core-6.11.2-300.fc40.x86_64\n\
+         !pkg-archtrans-1.0-1.noarch\n=pkg-archtrans-1.0-1.x86_64\n"
+    );
+    // pivot's document or rpm-ostree's, not both: a usage error.
+    let both = env.subcommand("diff", &["--json", "--format=json"]);
+    assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
+    assert!(
+        stderr(&both).contains("cannot be used with"),
+        "{}",
+        stderr(&both)
+    );
+}
+
+/// The package lists of two package managers (a Debian tree, then an rpm-ostree one) are not
+/// compared, and the error says so in words, not in pivot's type names.
+#[test]
+fn lists_of_two_package_managers_are_refused_in_plain_words() {
+    let v1 = with_status(
+        fixture("os-v1"),
+        &status_text(&host_stanzas()[..1], &[], &[]),
+    );
+    let env = pivoted(
+        &v1,
+        fixture("os-v2").with_rpm_pkglist(&["nano 0 7.2 6.fc40 x86_64"]),
+    );
+    let out = env.subcommand("diff", &[]);
+    assert_fails_with(
+        &out,
+        &["the rollback deployment 1 has dpkg packages and the default deployment 0 rpm ones"],
+    );
+    assert!(!stderr(&out).contains("Deb"), "{}", stderr(&out));
 }
