@@ -1,8 +1,9 @@
 //! What pivot's packages install, built the way packagers build them: packaging/install's tree
 //! (the one list the .deb, the RPM and a hand install share), the Debian package made by
-//! packaging/deb from the binary under test, the RPM spec linted and built as a source RPM,
-//! the shipped GRUB counter, and the confinement of the shipped units. The VM suite installs
-//! the same .deb with `dpkg -i` into every OS image it boots.
+//! packaging/deb from the binary under test, the RPM spec's licences and bundled crates, its
+//! source and binary RPMs built (with Debian's rpm) and linted, the shipped GRUB counter, and the
+//! confinement of the shipped units. The VM suite installs the same .deb with `dpkg -i` into
+//! every OS image it boots.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -174,12 +175,35 @@ fn the_deb_names_its_libraries_and_keeps_the_grub_script_as_a_conffile() {
     assert_eq!(listed, expected);
 }
 
-/// rpmspec's expansion of the spec's `%files`, as paths and globs. Debian's rpm has no
-/// systemd-rpm-macros: its two directories are given as Fedora's macros.systemd defines them.
+/// What Fedora's build root defines and Debian's rpm does not, as `rpm --define` arguments:
+/// systemd-rpm-macros' two directories and its scriptlets (preset on the first install, disable
+/// on removal, reload on upgrade), documentation directories named without the version, man
+/// pages compressed (Debian's brp-compress needs bash, Fedora's /bin/sh), and the binary
+/// stripped of its symbols too (Fedora's find-debuginfo moves them into -debuginfo; Debian's
+/// brp-strip keeps them).
+fn fedora_macros() -> Vec<&'static str> {
+    [
+        "_unitdir /usr/lib/systemd/system",
+        "_presetdir /usr/lib/systemd/system-preset",
+        "systemd_post() if [ $1 -eq 1 ]; then systemctl --no-reload preset %{?*} || :; fi",
+        "systemd_preun() if [ $1 -eq 0 ]; then systemctl --no-reload disable --now %{?*} || :; fi",
+        "systemd_postun() if [ $1 -ge 1 ]; then systemctl daemon-reload || :; fi",
+        "_docdir_fmt %{NAME}",
+        "__brp_compress bash %{_rpmconfigdir}/brp-compress %{_prefix}",
+        "__brp_strip find %{buildroot}%{_bindir} -type f -exec %{__strip} {} +",
+    ]
+    .into_iter()
+    .flat_map(|m| ["--define", m])
+    .collect()
+}
+
+/// The preset packaging/install lays out, which the RPM leaves out (docs/packaging.md).
+const PRESET: &str = "/usr/lib/systemd/system-preset/80-pivot.preset";
+
+/// rpmspec's expansion of the spec's `%files`, as paths and globs.
 fn spec_files(spec: &str) -> Vec<String> {
     let parsed = run(Command::new("rpmspec")
-        .args(["--define", "_unitdir /usr/lib/systemd/system"])
-        .args(["--define", "_presetdir /usr/lib/systemd/system-preset"])
+        .args(fedora_macros())
         .arg("-P")
         .arg(spec));
     let files = parsed.split("\n%files\n").nth(1).expect("a %files section");
@@ -208,17 +232,20 @@ fn owns(pattern: &str, path: &str) -> bool {
 }
 
 #[test]
-fn the_rpm_spec_lints_clean_builds_a_source_rpm_and_owns_every_installed_file() {
+fn the_rpm_spec_owns_every_installed_file_but_the_preset() {
     let spec = format!("{REPO}/packaging/pivot.spec");
     // Every file packaging/install lays out (with Fedora's zsh directory) is in %files, and
-    // every %files entry is installed: rpmbuild fails on either mistake.
+    // every %files entry is installed: rpmbuild fails on either mistake. The preset is removed
+    // in %install.
     let (dest, installed) = install("usr/share/zsh/site-functions");
     let entries = spec_files(&spec);
     assert!(entries.len() > 10, "{entries:?}");
+    assert!(!entries.iter().any(|e| owns(e, PRESET)), "{entries:?}");
     // Files, and pivot's own directories (the others belong to the filesystem's packages).
     let owned = installed
         .iter()
-        .filter(|p| dest.path().join(&p[1..]).is_file() || p.starts_with("/usr/lib/pivot"));
+        .filter(|p| dest.path().join(&p[1..]).is_file() || p.starts_with("/usr/lib/pivot"))
+        .filter(|p| *p != PRESET);
     for path in owned {
         assert!(
             entries.iter().any(|e| owns(e, path)),
@@ -231,7 +258,63 @@ fn the_rpm_spec_lints_clean_builds_a_source_rpm_and_owns_every_installed_file() 
             "%files lists {entry}, which packaging/install does not install"
         );
     }
+}
 
+/// What `packaging/licenses WHAT` prints: computed from the lock file, for the binary as built.
+fn licenses(what: &str) -> String {
+    run(Command::new(format!("{REPO}/packaging/licenses")).arg(what))
+}
+
+/// The spec's bundled crates: the lines between its markers.
+fn spec_bundled(spec: &str) -> &str {
+    spec.split("# BEGIN bundled crates: packaging/licenses provides\n")
+        .nth(1)
+        .and_then(|rest| rest.split("# END bundled crates\n").next())
+        .expect("the spec's bundled crates between their BEGIN and END lines")
+}
+
+#[test]
+fn the_rpm_spec_declares_the_licence_and_the_bundling_of_every_crate_linked_in() {
+    let spec = std::fs::read_to_string(format!("{REPO}/packaging/pivot.spec")).unwrap();
+    let license = spec
+        .lines()
+        .find_map(|l| l.strip_prefix("License:"))
+        .expect("a License tag")
+        .trim();
+    let spdx = licenses("spdx");
+    assert_eq!(
+        license,
+        spdx.trim(),
+        "pivot.spec's License is not the licences of what the binary links: \
+         write `packaging/licenses spdx`'s output there"
+    );
+    assert!(license.starts_with("Apache-2.0 AND "), "{license}");
+    let bundled = spec_bundled(&spec);
+    assert_eq!(
+        bundled,
+        licenses("provides"),
+        "pivot.spec's bundled crates are not those the binary links: put \
+         `packaging/licenses provides`'s output between the BEGIN and END lines"
+    );
+    for line in bundled.lines() {
+        let (name, version) = line
+            .strip_prefix("Provides:       bundled(crate(")
+            .and_then(|rest| rest.split_once(")) = "))
+            .unwrap_or_else(|| panic!("{line}"));
+        // In rpm a `-` ends the version: a pre-release is written with `~`, as cargo2rpm does.
+        assert!(
+            !name.is_empty() && !version.is_empty() && !version.contains('-'),
+            "{line}"
+        );
+    }
+    assert!(bundled.lines().count() > 100, "{bundled}");
+}
+
+/// Built as Koji would build them, but with Debian's rpm: the source RPM packaging/srpm makes,
+/// rebuilt with `rpmbuild --rebuild` (%build, %install of what it built, %check's unit tests)
+/// `--with quick`, which keeps CI's compile short (the spec says what that changes).
+#[test]
+fn the_source_and_binary_rpms_build_lint_clean_and_declare_what_they_bundle_and_need() {
     let out = tempfile::tempdir().unwrap();
     let srpm = run(Command::new(format!("{REPO}/packaging/srpm")).arg(out.path()));
     let srpm = srpm.trim();
@@ -251,11 +334,107 @@ fn the_rpm_spec_lints_clean_builds_a_source_rpm_and_owns_every_installed_file() 
             "{file} not in:\n{contents}"
         );
     }
+
+    let top = out.path().join("rpmbuild");
+    let log = run(Command::new("rpmbuild")
+        .arg("--rebuild")
+        // The build dependencies are Debian's packages, which rpm's database does not hold.
+        .arg("--nodeps")
+        .args(["--with", "quick"])
+        .arg("--define")
+        .arg(format!("_topdir {}", top.display()))
+        .args(fedora_macros())
+        .arg(srpm));
+    // %check ran the library's unit tests.
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("test result: ok.") && !l.contains(" 0 passed")),
+        "{log}"
+    );
+    let rpms: Vec<PathBuf> = std::fs::read_dir(top.join("RPMS/x86_64"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let rpm = top.join(format!("RPMS/x86_64/pivot-{version}-1.x86_64.rpm"));
+    assert_eq!(rpms, std::slice::from_ref(&rpm));
+    let query = |args: &[&str]| run(Command::new("rpm").arg("-qp").args(args).arg(&rpm));
+
+    // Every crate linked in is declared bundled, with its version.
+    let provides: BTreeSet<String> = query(&["--provides"]).lines().map(String::from).collect();
+    for line in licenses("provides").lines() {
+        let bundled = line.trim_start_matches("Provides:").trim();
+        assert!(provides.contains(bundled), "{bundled} not in {provides:?}");
+    }
+    // libostree and the other C libraries by their sonames (rpm reads them off the binary), and
+    // the ostree package for its finalize unit and dracut module.
+    let requires = query(&["--requires"]);
+    for need in [
+        "ostree",
+        "libostree-1.so.1()(64bit)",
+        "libssl.so.3()(64bit)",
+    ] {
+        assert!(
+            requires.lines().any(|l| l == need),
+            "{need} not in:\n{requires}"
+        );
+    }
+
+    // It owns what packaging/install lays out but the preset, and the licence files; rpmbuild
+    // itself fails on any file installed but not packaged.
+    let files: BTreeSet<String> = query(&["--qf", "[%{FILEMODES:perms} %{FILENAMES}\n]"])
+        .lines()
+        .filter_map(|l| l.strip_prefix('-').and_then(|l| l.split_once(' ')))
+        // rpm compresses the man pages.
+        .map(|(_, path)| path.trim_end_matches(".gz").to_string())
+        .collect();
+    let mut expected: BTreeSet<String> = SHIPPED
+        .iter()
+        .filter(|p| **p != PRESET)
+        .map(|p| p.replace("zsh/vendor-completions", "zsh/site-functions"))
+        .collect();
+    for file in ["LICENSE", "LICENSE.dependencies", "cargo-vendor.txt"] {
+        expected.insert(format!("/usr/share/licenses/pivot/{file}"));
+    }
+    expected.insert("/usr/share/doc/pivot/README.md".into());
+    assert_eq!(files, expected);
+    let listed = query(&["-l"]);
+    for dir in ["/usr/lib/pivot/config.d", "/usr/lib/pivot/health.d"] {
+        assert!(listed.lines().any(|l| l == dir), "{dir} not in:\n{listed}");
+    }
+    // The units are preset on the first install and never restarted (no
+    // %systemd_postun_with_restart).
+    let scripts = query(&["--scripts"]);
+    assert!(
+        scripts.contains("preset pivot.service")
+            && !scripts
+                .lines()
+                .any(|l| !l.starts_with('#') && l.contains("restart")),
+        "{scripts}"
+    );
+
+    // The licence summary and the manifest were made from the vendored sources, and say what
+    // the lock file says.
+    let payload = out.path().join("payload");
+    std::fs::create_dir(&payload).unwrap();
+    run(Command::new("sh")
+        .arg("-c")
+        .arg("rpm2cpio \"$1\" | cpio -idm --quiet")
+        .arg("sh")
+        .arg(&rpm)
+        .current_dir(&payload));
+    let shipped = |name: &str| {
+        std::fs::read_to_string(payload.join("usr/share/licenses/pivot").join(name)).unwrap()
+    };
+    assert_eq!(shipped("LICENSE.dependencies"), licenses("summary"));
+    assert_eq!(shipped("cargo-vendor.txt"), licenses("manifest"));
+
+    // The spec and both packages in one run, so that every filter is used.
     let lint = run(Command::new("rpmlint")
         .arg("-r")
         .arg(format!("{REPO}/packaging/pivot.rpmlintrc"))
-        .arg(&spec)
-        .arg(srpm));
+        .arg(format!("{REPO}/packaging/pivot.spec"))
+        .arg(srpm)
+        .arg(&rpm));
     assert!(lint.contains("0 errors, 0 warnings"), "rpmlint:\n{lint}");
 }
 
