@@ -24,6 +24,7 @@ mod network;
 mod offline;
 mod outcomes;
 mod packaging;
+mod packaging_deb;
 mod pivots;
 mod proxies;
 mod prune;
