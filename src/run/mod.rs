@@ -17,17 +17,16 @@ mod layer;
 mod local;
 mod node;
 pub mod rollback;
+mod settle;
+mod write;
 
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
-use tokio::runtime::Handle;
 
-use crate::sysroot::deployments::DeploymentInfo;
 use crate::node::events::{self, Reported, Target};
 use crate::fetch::image::OsImage;
-use job::{deployment_ids, Job};
 use local::Local;
 pub use node::{fleet_node, fleet_node_and_config};
 use node::{node_of, spread_first_request};
@@ -39,8 +38,7 @@ use crate::fetch::registry::Access;
 use crate::fetch::source;
 use crate::api::progress::Step;
 use crate::api::status::PullspecSource as Source;
-use crate::trust::evidence::{self, Kept};
-use crate::trust::{Gather, Trust, Verified};
+use crate::trust::{Gather, Trust};
 use crate::node::state::{Attempt, State, StateFile};
 
 /// Where the first-boot pullspec lives, relative to the system's /etc.
@@ -452,151 +450,5 @@ impl Run<'_> {
         let kept = downloaded::kept(&self.image, &resolved.manifest_digest, evidence);
         self.make_deployment(image, os, Some(source), Some(verified), Some(kept))
             .await
-    }
-
-    /// Imports `os` (unless its commit is in the repo already) and deploys it, or with
-    /// `--download-only` keeps it for later.
-    async fn make_deployment(
-        &mut self,
-        image: ImageRef,
-        os: OsImage,
-        source: Option<source::Source>,
-        verified: Option<Verified>,
-        kept: Option<Kept>,
-    ) -> Result<Outcome> {
-        let digest = os.digest.clone();
-        let job = Job {
-            seen: deployment_ids(&self.local.deployments),
-            sysroot: self.opts.sysroot.clone(),
-            stateroot: self.local.stateroot.clone(),
-            pullspec: self.image.to_string(),
-            image,
-            os,
-            keep: self.opts.keep,
-            download_only: self.opts.download_only,
-            partial_downloads: self.opts.partial_downloads,
-            source,
-            runtime: Handle::current(),
-            progress: self.opts.progress.clone(),
-            kargs: self.kargs.clone(),
-            stored: Default::default(),
-            verified,
-            ostree_remote: self.opts.ostree_remote.clone(),
-            lock_finalization: self.opts.lock_finalization,
-            boot_tries: self.boot_tries,
-        };
-        let done = tokio::task::spawn_blocking(move || job.run()).await??;
-        let Some((commit, deployed)) = done else {
-            // Another pivot deployed the target while this one waited for the lock.
-            return Ok(Outcome::Unchanged);
-        };
-        self.attempt.commit = Some(commit.clone());
-        self.target.commit = commit.clone();
-        if let Some(kept) = kept.filter(|_| self.opts.download_only || self.opts.lock_finalization) {
-            let path = evidence::path(&self.local.state_dir(&self.opts.sysroot), &digest);
-            kept.save(&path)
-                .context("keeping the download's signatures for its deployment")?;
-        }
-        let Some(deployed) = deployed else {
-            tracing::info!(
-                "downloaded {commit}; `pivot {}` deploys it, without the registry",
-                self.image.with_digest(&digest)
-            );
-            return Ok(Outcome::Downloaded);
-        };
-        events::info(
-            events::DEPLOYED,
-            &self.target,
-            &format!(
-                "{} deployment {commit}.{} of {}",
-                if deployed.staged { "staged" } else { "wrote" },
-                deployed.serial,
-                self.image
-            ),
-        );
-        if deployed.staged && !self.opts.lock_finalization {
-            crate::node::reboot::mark_needed()?;
-        }
-        Ok(match deployed.staged {
-            true => Outcome::Staged,
-            false => Outcome::Deployed,
-        })
-    }
-
-    /// The target is already deployed as `hit`.
-    fn settle(&mut self, hit: DeploymentInfo) -> Result<Outcome> {
-        if !self.opts.karg_edits.is_empty() {
-            tracing::warn!("kernel argument edits apply to a new deployment, and none is made: the target is already deployed");
-        }
-        self.attempt.commit = Some(hit.checksum.clone());
-        self.target.commit = hit.checksum.clone();
-        if let Some(version) = &hit.version {
-            self.target.version = version.clone();
-        }
-        if self.target.digest.is_empty() {
-            self.target.digest = hit.image_digest().unwrap_or_default().to_string();
-        }
-        if self.local.is_current(&hit) {
-            events::info(
-                events::UNCHANGED,
-                &self.target,
-                &format!("already at target {}: nothing to do", self.image),
-            );
-            if self.source == Source::File && !self.opts.check {
-                self.confirm()?;
-                return Ok(Outcome::Confirmed);
-            }
-            return Ok(Outcome::Unchanged);
-        }
-        if hit.finalization_locked && self.fleet_locked {
-            events::info(
-                events::UNCHANGED,
-                &self.target,
-                &format!(
-                    "target {} is staged with finalization locked until the FleetLock server grants a reboot slot",
-                    self.image
-                ),
-            );
-            self.reboot_pending = self.local.booted;
-            self.waiting = true;
-            return Ok(Outcome::Unchanged);
-        }
-        if hit.finalization_locked {
-            // A reboot would not apply it: rebooting for it would only loop.
-            events::info(
-                events::UNCHANGED,
-                &self.target,
-                &format!(
-                    "target {} is staged with finalization locked; `pivot finalize` lets the next reboot apply it",
-                    self.image
-                ),
-            );
-            self.waiting = true;
-            return Ok(Outcome::Unchanged);
-        }
-        events::info(
-            events::UNCHANGED,
-            &self.target,
-            &format!(
-                "target {} is already deployed ({}); it takes effect at the next boot",
-                self.image,
-                if hit.staged { "staged" } else { "default" }
-            ),
-        );
-        self.reboot_pending = self.source == Source::File && self.local.booted;
-        Ok(Outcome::Unchanged)
-    }
-
-    /// The node runs the pullspec file's target: the file has done its job.
-    fn confirm(&mut self) -> Result<()> {
-        let path = self.local.etc.join(PULLSPEC_FILE);
-        match std::fs::remove_file(&path) {
-            Ok(()) => tracing::info!("removed {}: the node runs its target", path.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
-        }
-        self.state.target = None;
-        self.state.attempts = 0;
-        Ok(())
     }
 }
