@@ -274,8 +274,12 @@ async fn reboot_with_slot(
     why: &str,
 ) -> Result<()> {
     fleet::slot_for_reboot(config, node).await?;
+    reboot_or_give_back(node, target, why).await
+}
+
+/// Reboots; if that fails, no reboot follows, so a slot held for one is given back.
+async fn reboot_or_give_back(node: &fleet::Node, target: &events::Target, why: &str) -> Result<()> {
     if let Err(e) = reboot::reboot(target, why) {
-        // No reboot follows: the slot is not held for one.
         fleet::give_back(&node.state_dir).await;
         return Err(e);
     }
@@ -381,10 +385,7 @@ async fn confirm(args: ConfirmArgs) -> Result<Exit> {
                                 if let Err(e) = fleet::slot_for_reboot(config, node).await {
                                     tracing::error!("rolling back without a FleetLock slot: {e:#}");
                                 }
-                                if let Err(e) = reboot::reboot(&target, why) {
-                                    fleet::give_back(&node.state_dir).await;
-                                    return Err(e);
-                                }
+                                reboot_or_give_back(node, &target, why).await?;
                             }
                             // The configuration is unreadable (its error fails the unit): the
                             // remedy goes first.

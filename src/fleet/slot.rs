@@ -124,9 +124,16 @@ impl Slot {
 
     /// Whether it names the same slot as `other`: server, group and id.
     pub fn same_slot(&self, other: &Slot) -> bool {
-        (&self.steady_state_url, &self.group, &self.id)
-            == (&other.steady_state_url, &other.group, &other.id)
-            && self.base_url == other.base_url
+        fn key(s: &Slot) -> (&str, Option<&str>, &str, &str) {
+            (&s.base_url, s.steady_state_url.as_deref(), &s.group, &s.id)
+        }
+        key(self) == key(other)
+    }
+
+    /// Whether it must be given back before `asked` is asked for in the boot `boot`: it is
+    /// not a slot held for a reboot still to come in that boot, or not the same slot.
+    pub fn in_the_way_of(&self, asked: &Slot, boot: &str) -> bool {
+        !self.held_for_reboot_in(boot) || !self.same_slot(asked)
     }
 }
 
