@@ -106,3 +106,18 @@ pub(crate) fn children(dir: &gio::File) -> Result<Option<Vec<(String, gio::FileT
     Ok(Some(out))
 }
 
+
+/// For tests: commits the directory `tree` into `repo`, in the transaction the caller opened;
+/// returns the commit's checksum.
+#[cfg(test)]
+pub(crate) fn commit_dir(repo: &ostree::Repo, tree: &std::path::Path) -> String {
+    let none = gio::Cancellable::NONE;
+    let mtree = ostree::MutableTree::new();
+    repo.write_directory_to_mtree(&gio::File::for_path(tree), &mtree, None, none)
+        .unwrap();
+    let root = repo.write_mtree(&mtree, none).unwrap();
+    let root = ostree::glib::object::Cast::downcast::<ostree::RepoFile>(root).unwrap();
+    repo.write_commit(None, None, None, None, &root, none)
+        .unwrap()
+        .to_string()
+}

@@ -181,14 +181,9 @@ mod tests {
         let none = gio::Cancellable::NONE;
         repo.create(ostree::RepoMode::Archive, none).unwrap();
         repo.prepare_transaction(none).unwrap();
-        let mtree = ostree::MutableTree::new();
-        repo.write_directory_to_mtree(&gio::File::for_path(&tree), &mtree, None, none)
-            .unwrap();
-        let root = repo.write_mtree(&mtree, none).unwrap();
-        let root = ostree::glib::object::Cast::downcast::<ostree::RepoFile>(root).unwrap();
-        let commit = repo.write_commit(None, None, None, None, &root, none).unwrap();
+        let commit = commit_files::commit_dir(&repo, &tree);
         repo.commit_transaction(none).unwrap();
-        (dir, repo, commit.to_string())
+        (dir, repo, commit)
     }
 
     fn args(list: &[ImageKarg]) -> Vec<&str> {

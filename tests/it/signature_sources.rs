@@ -5,9 +5,7 @@
 //! each `signedIdentity`, and with requirements for other registries' scopes that pivot never
 //! needs to read. Real keys (`gpg`, `openssl`), a real registry, signatures by skopeo.
 
-use pivot_testkit::{
-    attach_signatures, cosign_payload, ec_key_pair, openssl_sign, ImageSpec, Registry,
-};
+use pivot_testkit::{attach_cosign_signature, ec_key_pair, ImageSpec, Registry};
 
 use crate::common::*;
 use crate::signatures::{
@@ -124,13 +122,14 @@ fn a_repository_only_identity_is_accepted_only_by_repository_rules() {
     let keys = tempfile::tempdir().unwrap();
     let (private, public) = ec_key_pair(keys.path(), "cosign").unwrap();
     let repository = format!("{}/{}", env.registry.host(), image.repository);
-    let payload = cosign_payload(&repository, &image.digest);
-    let signature = openssl_sign(&private, &payload).unwrap();
-    attach_signatures(
+    let digest = &image.digest;
+    attach_cosign_signature(
         &env.registry,
         &image.repository,
-        &image.digest,
-        &[(payload, signature)],
+        digest,
+        &repository,
+        digest,
+        &private,
     )
     .unwrap();
     let rules = [

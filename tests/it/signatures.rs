@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use crate::common::*;
-use pivot_testkit::{attach_signatures, cosign_payload, ec_key_pair, openssl_sign, PushedImage};
+use pivot_testkit::{
+    attach_cosign_signature, attach_signatures, cosign_payload, ec_key_pair, openssl_sign,
+    PushedImage,
+};
 
 /// A throwaway GnuPG home with one signing key.
 pub(crate) struct Signer {
@@ -592,13 +595,14 @@ impl Cosign {
     /// Attaches (in place of any before) this key's signature of `image` at `signed`, to the
     /// manifest `at`.
     pub(crate) fn attach(&self, env: &Env, image: &PushedImage, signed: &str, at: &str) {
-        let payload = cosign_payload(&image.by_tag, signed);
-        let signature = openssl_sign(&self.private, &payload).unwrap();
-        attach_signatures(
-            &env.registry,
-            &image.repository,
+        let (registry, repository) = (&env.registry, &image.repository);
+        attach_cosign_signature(
+            registry,
+            repository,
             at,
-            &[(payload, signature)],
+            &image.by_tag,
+            signed,
+            &self.private,
         )
         .unwrap();
     }

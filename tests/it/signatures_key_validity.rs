@@ -263,35 +263,36 @@ fn keys_expired_or_revoked_since_they_signed_and_blobs_of_two_signatures_are_ref
         says,
     );
 
-    // A key revoked as superseded (a soft revocation) after it signed.
-    let home = Home::new();
-    let key = home.key(made, "superseded", "sign", "never");
-    let signature = home.sign(signed, &manifest, &identity, &key);
-    home.revoke(signed + HOUR, &key, 2);
-    let says: &[&str] = &["was revoked on", "Key is superseded"];
-    case(
-        "soft-revoked-key",
-        &home,
-        key,
-        signature,
-        Some("Invalid GPG signature"),
-        says,
-    );
-
-    // A key revoked as compromised (a hard revocation) after it signed.
-    let home = Home::new();
-    let key = home.key(made, "compromised", "sign", "never");
-    let signature = home.sign(signed, &manifest, &identity, &key);
-    home.revoke(signed + HOUR, &key, 1);
-    let says: &[&str] = &["was revoked on", "Key material has been compromised"];
-    case(
-        "hard-revoked-key",
-        &home,
-        key,
-        signature,
-        Some("Invalid GPG signature"),
-        says,
-    );
+    // Keys revoked after they signed: as superseded (a soft revocation, reason 2) and as
+    // compromised (a hard one, reason 1).
+    let revoked: [(&str, &str, u8, &'static [&'static str]); 2] = [
+        (
+            "soft-revoked-key",
+            "superseded",
+            2,
+            &["was revoked on", "Key is superseded"],
+        ),
+        (
+            "hard-revoked-key",
+            "compromised",
+            1,
+            &["was revoked on", "Key material has been compromised"],
+        ),
+    ];
+    for (name, uid, reason, says) in revoked {
+        let home = Home::new();
+        let key = home.key(made, uid, "sign", "never");
+        let signature = home.sign(signed, &manifest, &identity, &key);
+        home.revoke(signed + HOUR, &key, reason);
+        case(
+            name,
+            &home,
+            key,
+            signature,
+            Some("Invalid GPG signature"),
+            says,
+        );
+    }
 
     // A primary key valid forever whose signing subkey expired two days after it signed.
     let home = Home::new();

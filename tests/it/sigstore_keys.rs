@@ -12,7 +12,7 @@ use base64::Engine;
 use crate::common::*;
 use crate::signatures::{layer_gets, trust_files, with_args};
 use pivot_testkit::{
-    attach_annotated, attach_signatures, cosign_payload, genpkey_pair, openssl_sign_any,
+    attach_annotated, attach_cosign_signature, cosign_payload, genpkey_pair, openssl_sign_any,
     run_openssl, PushedImage,
 };
 
@@ -54,13 +54,14 @@ fn refused_in_one_line(env: &Env, args: &[&str], what: &str) {
 }
 
 fn sign_and_attach(env: &Env, image: &PushedImage, private: &Path) {
-    let payload = cosign_payload(&image.by_tag, &image.digest);
-    let signature = openssl_sign_any(private, &payload).unwrap();
-    attach_signatures(
+    let (repository, digest) = (&image.repository, &image.digest);
+    attach_cosign_signature(
         &env.registry,
-        &image.repository,
-        &image.digest,
-        &[(payload, signature)],
+        repository,
+        digest,
+        &image.by_tag,
+        digest,
+        private,
     )
     .unwrap();
 }

@@ -26,20 +26,7 @@ fn base_with(files: &[(&str, &str)]) -> (tempfile::TempDir, ostree::Repo, String
     repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
         .unwrap();
     repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
-    let mtree = ostree::MutableTree::new();
-    repo.write_directory_to_mtree(
-        &gio::File::for_path(&tree),
-        &mtree,
-        None,
-        gio::Cancellable::NONE,
-    )
-    .unwrap();
-    let root = repo.write_mtree(&mtree, gio::Cancellable::NONE).unwrap();
-    let root = ostree::glib::object::Cast::downcast::<ostree::RepoFile>(root).unwrap();
-    let commit = repo
-        .write_commit(None, None, None, None, &root, gio::Cancellable::NONE)
-        .unwrap()
-        .to_string();
+    let commit = crate::sysroot::commit_files::commit_dir(&repo, &tree);
     (dir, repo, commit)
 }
 

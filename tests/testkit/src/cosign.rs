@@ -219,6 +219,22 @@ pub fn openssl_sign_any(private: &Path, payload: &[u8]) -> Result<Vec<u8>> {
     ])
 }
 
+/// Attaches (in place of any attached before) one cosign signature to manifest `at` of
+/// `repository`: of a payload naming `identity` at `signed`, made with the private key
+/// `private` (any key type openssl signs with).
+pub fn attach_cosign_signature(
+    registry: &Registry,
+    repository: &str,
+    at: &str,
+    identity: &str,
+    signed: &str,
+    private: &Path,
+) -> Result<()> {
+    let payload = cosign_payload(identity, signed);
+    let signature = openssl_sign_any(private, &payload)?;
+    attach_signatures(registry, repository, at, &[(payload, signature)])
+}
+
 /// Attaches `signatures` (payload, DER signature) to the manifest `digest` of `repository`.
 pub fn attach_signatures(
     registry: &Registry,

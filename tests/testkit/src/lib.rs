@@ -34,8 +34,9 @@ mod tree;
 pub use auth::{basic_auth, htpasswd_line, write_auth_json};
 pub use commit::{commit_tree, sign_commit, CommitSigner, COMMIT_TIME};
 pub use cosign::{
-    attach_annotated, attach_signatures, cosign_payload, ec_key_pair, genpkey_pair, openssl_chain,
-    openssl_sign, openssl_sign_any, run_openssl, Chain as OpensslChain, P256, SIGSTORE_KEY_TYPES,
+    attach_annotated, attach_cosign_signature, attach_signatures, cosign_payload, ec_key_pair,
+    genpkey_pair, openssl_chain, openssl_sign, openssl_sign_any, run_openssl,
+    Chain as OpensslChain, P256, SIGSTORE_KEY_TYPES,
 };
 pub use ext_fixtures::{encapsulate, ext_fixtures_tool, ext_judge, skopeo_push};
 pub use fault_proxy::{Fault, FaultKind, FaultProxy, ProxiedRequest};
