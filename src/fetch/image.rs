@@ -204,6 +204,14 @@ fn native_commit_layers(
         .with_context(|| {
             format!("label {FINAL_DIFFID_LABEL}={final_diffid:?} names no layer of the image config's rootfs.diff_ids")
         })?;
+    // Two layers with that diffid (ostree-rs-ext 0.15 writes two empty ones when a chunk ends up
+    // empty) leave the image's own layers and those built on it ambiguous: ostree-rs-ext refuses
+    // such an image ("Multiple entries for …"), and so does pivot.
+    let count = diff_ids.iter().filter(|d| **d == final_diffid).count();
+    ensure!(
+        count == 1,
+        "label {FINAL_DIFFID_LABEL}={final_diffid:?} names {count} layers of the image config's rootfs.diff_ids: which layers are the image's own is ambiguous"
+    );
     Ok(Some(position + 1))
 }
 
@@ -266,6 +274,19 @@ mod tests {
         assert_eq!(layers(None).unwrap(), None);
         let err = layers(Some("sha256:x")).unwrap_err().to_string();
         assert!(err.contains(FINAL_DIFFID_LABEL), "{err}");
+    }
+
+    #[test]
+    fn a_final_diffid_naming_two_layers_is_refused() {
+        // As ostree-rs-ext 0.15.3's chunking writes it: an empty chunk beside the empty last one.
+        let config = serde_json::json!({
+            "rootfs": { "type": "layers", "diff_ids": ["sha256:a", "sha256:e", "sha256:b", "sha256:e"] }
+        });
+        let err = native_commit_layers(&config, Some("sha256:e".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("names 2 layers") && err.contains("ambiguous"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
     }
 
     #[test]
