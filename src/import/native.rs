@@ -236,9 +236,8 @@ fn xattrs_variant(data: Vec<u8>) -> glib::Variant {
 }
 
 /// Writes the content object `checksum` from its tar member: a regular file (content, owner and
-/// mode from the member) or a symlink, with `xattrs`. libostree checks it hashes to `checksum`,
-/// and the checksum it returns is compared too (it returns the real one, without an error, when
-/// that content is already in the repo).
+/// mode from the member) or a symlink, with `xattrs`. Its stream is hashed and checked against
+/// the name before the object lands (see [`objects::write_raw`]).
 fn write_content(
     repo: &ostree::Repo,
     checksum: &str,
@@ -247,30 +246,30 @@ fn write_content(
     xattrs: &glib::Variant,
     entry: &mut tar::Entry<impl Read>,
 ) -> Result<Outcome> {
-    let cancellable = gio::Cancellable::NONE;
     let header = entry.header();
     let uid = u32::try_from(header.uid()?).context("uid out of range")?;
     let gid = u32::try_from(header.gid()?).context("gid out of range")?;
     let mode = header.mode()? & 0o7777;
-    if repo.has_object(ObjectType::File, checksum, cancellable)? {
+    if repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)? {
         return Ok(Outcome::Skipped);
     }
-    let written = objects::write_content_member(
-        repo,
-        Some(checksum),
-        Some(xattrs),
-        kind,
-        link,
-        (uid, gid, mode),
-        entry,
-    )?;
-    let Some(actual) = written else {
+    let symlink = if kind.is_symlink() {
+        Some(objects::symlink_target(link)?)
+    } else if kind.is_file() || kind.is_contiguous() {
+        None
+    } else {
         bail!("a content object is neither a regular file nor a symlink ({kind:?})");
     };
-    ensure!(
-        actual == checksum,
-        "object {checksum}.file holds content whose checksum is {actual}: its content does not match its name"
-    );
+    let size = if symlink.is_some() { 0 } else { entry.size() };
+    objects::write_raw(
+        repo,
+        checksum,
+        (uid, gid, mode),
+        symlink,
+        xattrs,
+        entry,
+        size,
+    )?;
     Ok(Outcome::Written)
 }
 
@@ -363,5 +362,163 @@ mod tests {
             .unwrap();
         let err = format!("{:#}", import(&tar.into_inner().unwrap()).err().unwrap());
         assert!(err.contains("leads out of the image"), "{err}");
+    }
+
+    /// One content object as libostree names it, written into a layer by its parts.
+    struct Object {
+        mode: u32,
+        owner: (u32, u32),
+        /// The content, or with `symlink` the target.
+        data: Vec<u8>,
+        symlink: bool,
+        xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    }
+
+    #[test]
+    fn objects_are_named_as_libostree_names_them() {
+        use ostree::glib::prelude::ToVariant;
+        let big: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let selinux = vec![(
+            b"security.selinux\0".to_vec(),
+            b"system_u:object_r:bin_t:s0\0".to_vec(),
+        )];
+        let objects = [
+            Object {
+                mode: 0o644,
+                owner: (0, 0),
+                data: b"hello\n".to_vec(),
+                symlink: false,
+                xattrs: vec![],
+            },
+            Object {
+                mode: 0o4755,
+                owner: (0, 0),
+                data: b"#!/bin/sh\n".to_vec(),
+                symlink: false,
+                xattrs: selinux.clone(),
+            },
+            Object {
+                mode: 0o600,
+                owner: (1000, 5),
+                data: vec![],
+                symlink: false,
+                xattrs: vec![],
+            },
+            // Past the in-memory bound: hashed as libostree reads it.
+            Object {
+                mode: 0o644,
+                owner: (0, 0),
+                data: big,
+                symlink: false,
+                xattrs: vec![],
+            },
+            Object {
+                mode: 0o777,
+                owner: (0, 0),
+                data: b"../lib/os-release".to_vec(),
+                symlink: true,
+                xattrs: selinux,
+            },
+        ];
+        // The names libostree gives them, written into a repo of its own.
+        let reference = tempfile::tempdir().unwrap();
+        let repo = ostree::Repo::new_for_path(reference.path());
+        repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
+            .unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let dir = format!("{NATIVE_REPO_DIR}objects");
+        let path = |c: &str, ext: &str| format!("{dir}/{}/{}.{ext}", &c[..2], &c[2..]);
+        let mut names = Vec::new();
+        for o in &objects {
+            let xattrs = o.xattrs.to_variant();
+            let name = if o.symlink {
+                let target = std::str::from_utf8(&o.data).unwrap();
+                repo.write_symlink(
+                    None,
+                    o.owner.0,
+                    o.owner.1,
+                    Some(&xattrs),
+                    target,
+                    gio::Cancellable::NONE,
+                )
+            } else {
+                repo.write_regfile_inline(
+                    None,
+                    o.owner.0,
+                    o.owner.1,
+                    libc::S_IFREG | o.mode,
+                    Some(&xattrs),
+                    &o.data,
+                    gio::Cancellable::NONE,
+                )
+            }
+            .unwrap()
+            .to_string();
+            let serialized = xattrs.data_as_bytes();
+            let xattrs_name = hex::encode(Sha256::digest(&serialized));
+            let header = |kind: EntryType, size: usize| {
+                let mut h = tar::Header::new_gnu();
+                h.set_entry_type(kind);
+                h.set_mode(o.mode);
+                h.set_uid(o.owner.0.into());
+                h.set_gid(o.owner.1.into());
+                h.set_size(size as u64);
+                h
+            };
+            let mut h = header(EntryType::Regular, serialized.len());
+            tar.append_data(&mut h, path(&xattrs_name, "file-xattrs"), &*serialized)
+                .unwrap();
+            let mut h = header(EntryType::Link, 0);
+            tar.append_link(
+                &mut h,
+                path(&name, "file-xattrs-link"),
+                path(&xattrs_name, "file-xattrs"),
+            )
+            .unwrap();
+            if o.symlink {
+                let mut h = header(EntryType::Symlink, 0);
+                tar.append_link(
+                    &mut h,
+                    path(&name, "file"),
+                    std::str::from_utf8(&o.data).unwrap(),
+                )
+                .unwrap();
+            } else {
+                let mut h = header(EntryType::Regular, o.data.len());
+                tar.append_data(&mut h, path(&name, "file"), &o.data[..])
+                    .unwrap();
+            }
+            names.push(name);
+        }
+        let layer = tar.into_inner().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let repo = ostree::Repo::new_for_path(dir.path());
+        repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
+            .unwrap();
+        repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
+        let mut imported = NativeLayer::default();
+        imported.import_tar(&repo, &layer[..], None).unwrap();
+        repo.commit_transaction(gio::Cancellable::NONE).unwrap();
+        assert_eq!(imported.tally.written, objects.len() as u64);
+        for name in &names {
+            assert!(
+                repo.has_object(ObjectType::File, name, gio::Cancellable::NONE)
+                    .unwrap(),
+                "{name}"
+            );
+        }
+        // What libostree reads back hashes to the name.
+        for name in &names {
+            let (stream, info, xattrs) = repo.load_file(name, gio::Cancellable::NONE).unwrap();
+            let checksum = ostree::checksum_file_from_input(
+                &info,
+                Some(&xattrs),
+                stream.as_ref(),
+                ObjectType::File,
+                gio::Cancellable::NONE,
+            )
+            .unwrap();
+            assert_eq!(&checksum.to_hex(), name);
+        }
     }
 }

@@ -15,6 +15,7 @@ use ostree::ObjectType;
 use crate::fetch::image::is_checksum;
 
 mod filez;
+pub(super) use filez::write_raw;
 
 /// Objects up to this size are written from memory (on the writer threads: see
 /// [`super::writers`]); larger ones are streamed.
@@ -286,9 +287,7 @@ pub(super) fn write_content_member(
 ) -> Result<Option<String>> {
     let cancellable = gio::Cancellable::NONE;
     if kind.is_symlink() {
-        let target = link.ok_or_else(|| anyhow!("a symlink without a target"))?;
-        let target = std::str::from_utf8(target).context("the symlink target is not UTF-8")?;
-        ensure!(!target.contains('\0'), "the symlink target contains a NUL");
+        let target = symlink_target(link)?;
         let written = repo
             .write_symlink(expected, uid, gid, xattrs, target, cancellable)
             .context("writing symlink object")?;
@@ -310,6 +309,14 @@ pub(super) fn write_content_member(
         .write_regfile_inline(expected, uid, gid, mode, xattrs, &data, cancellable)
         .context("writing file object")?;
     Ok(Some(written.to_string()))
+}
+
+/// A symlink member's target, as libostree takes it.
+pub(super) fn symlink_target(link: Option<&[u8]>) -> Result<&str> {
+    let target = link.ok_or_else(|| anyhow!("a symlink without a target"))?;
+    let target = std::str::from_utf8(target).context("the symlink target is not UTF-8")?;
+    ensure!(!target.contains('\0'), "the symlink target contains a NUL");
+    Ok(target)
 }
 
 /// Writes an empty root-owned 0644 file (a whiteout marker); returns its checksum.

@@ -354,7 +354,7 @@ fn a_native_object_whose_content_does_not_match_its_name_is_refused() {
     assert_refused(
         &env,
         &[&pushed.by_tag],
-        &[&checksum, "Corrupted file object"],
+        &[&checksum, "its content does not match its name"],
     );
 }
 

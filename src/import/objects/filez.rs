@@ -18,6 +18,11 @@
 //! when the hash does not match the name, so libostree drops its anonymous temporary file.
 //! Inflating and hashing on two threads keeps a tree of large files from waiting on one core;
 //! memory stays bounded by the chunks in flight.
+//!
+//! An ostree-native layer's content object ([`write_raw`]) takes the same path: its header is
+//! built from the tar member's owner, mode and the layer's xattrs, its content is the member's
+//! bytes as they are. There libostree's own check hashed every byte with GLib's SHA-256 again,
+//! a tenth of a native import's CPU time.
 // unsafe: libostree calls the Rust bindings do not offer.
 #![allow(unsafe_code)]
 
@@ -58,9 +63,9 @@ pub(super) fn write(
     let stream = ContentStream::open(input, size)?;
     let length = stream.length;
     if length <= IN_MEMORY_STREAM {
-        write_in_memory(repo, checksum, stream, length)
+        write_in_memory(repo, checksum, Source::Archived, stream, length)
     } else {
-        write_streamed(repo, checksum, stream, length)
+        write_streamed(repo, checksum, Source::Archived, stream, length)
     }
 }
 
@@ -76,9 +81,9 @@ pub(super) fn write_owned(
     let stream = ContentStream::open(input, size)?;
     let length = stream.length;
     if length <= IN_MEMORY_STREAM {
-        return write_in_memory(repo, checksum, stream, length);
+        return write_in_memory(repo, checksum, Source::Archived, stream, length);
     }
-    let checked = Checked::new(stream, length, checksum);
+    let checked = Checked::new(stream, length, checksum, Source::Archived);
     let (actual, failure) = (checked.actual.clone(), checked.failure.clone());
     let written = repo.write_content_trusted(
         checksum,
@@ -89,20 +94,20 @@ pub(super) fn write_owned(
     if let Some(why) = failure.get() {
         bail!("{why}");
     }
-    written_and_checked(checksum, written, actual.get())
+    written_and_checked(checksum, Source::Archived, written, actual.get())
 }
 
-/// An archive-z2 file object read as its content stream: the file header the object's name
-/// covers, then the content, inflated as it is read.
-struct ContentStream<R: Read> {
+/// A file object read as its content stream: the file header the object's name covers, then
+/// the content (an archive-z2 object's inflated as it is read, a native one's as it is).
+struct ContentStream<C: Read> {
     header: Cursor<Vec<u8>>,
     /// None for a symlink, whose target is in the header.
-    content: Option<std::io::Take<flate2::read::DeflateDecoder<R>>>,
+    content: Option<std::io::Take<C>>,
     length: u64,
 }
 
-impl<R: Read> ContentStream<R> {
-    fn open(mut input: R, size: u64) -> Result<ContentStream<R>> {
+impl<R: Read> ContentStream<flate2::read::DeflateDecoder<R>> {
+    fn open(mut input: R, size: u64) -> Result<Self> {
         let mut raw = vec![0; 8];
         input
             .read_exact(&mut raw)
@@ -120,35 +125,116 @@ impl<R: Read> ContentStream<R> {
         let (_, info, xattrs) =
             parse_content_stream(&raw, size).context("parsing archived file object")?;
         let regular = info.file_type() == gio::FileType::Regular;
-        // The header the name covers, as libostree builds it: the stream with no content.
-        let empty = regular.then(gio::MemoryInputStream::new);
-        let (stream, length) = raw_file_to_content_stream(
-            empty.as_ref().map(|s| s.upcast_ref()),
-            &info,
-            xattrs.as_ref(),
-        )
-        .context("reading archived file object")?;
-        let mut header = Vec::new();
-        stream
-            .into_read()
-            .take(2 * MAX_FILE_HEADER)
-            .read_to_end(&mut header)
+        let stream = ContentStream::new(&info, xattrs.as_ref(), None::<std::io::Empty>)
             .context("reading archived file object")?;
-        let content_size = length.saturating_sub(header.len() as u64);
+        let content_size = stream.length - stream.header.get_ref().len() as u64;
         ensure!(
             regular || content_size == 0,
             "archived symlink object declares {content_size} bytes of content"
         );
         Ok(ContentStream {
+            header: stream.header,
+            content: regular.then(|| flate2::read::DeflateDecoder::new(input).take(content_size)),
+            length: stream.length,
+        })
+    }
+}
+
+impl<C: Read> ContentStream<C> {
+    /// The stream of a file described by `info` (its size being the content's) with `xattrs`,
+    /// `content` read as it is.
+    fn new(
+        info: &gio::FileInfo,
+        xattrs: Option<&glib::Variant>,
+        content: Option<C>,
+    ) -> Result<Self, glib::Error> {
+        let regular = info.file_type() == gio::FileType::Regular;
+        // The header the name covers, as libostree builds it: the stream with no content.
+        let empty = regular.then(gio::MemoryInputStream::new);
+        let (stream, length) =
+            raw_file_to_content_stream(empty.as_ref().map(|s| s.upcast_ref()), info, xattrs)?;
+        let mut header = Vec::new();
+        stream
+            .into_read()
+            .take(2 * MAX_FILE_HEADER)
+            .read_to_end(&mut header)
+            .map_err(|e| glib::Error::new(gio::IOErrorEnum::Failed, &e.to_string()))?;
+        let content_size = length.saturating_sub(header.len() as u64);
+        Ok(ContentStream {
             header: Cursor::new(header),
-            content: regular
-                .then(|| flate2::read::DeflateDecoder::new(input).take(content_size)),
+            content: content.filter(|_| regular).map(|c| c.take(content_size)),
             length,
         })
     }
 }
 
-impl<R: Read> Read for ContentStream<R> {
+/// Writes the content object `checksum` of an ostree-native layer: a regular file of `size`
+/// bytes read from `content` or, with `symlink`, a symlink to it; owned by `uid`:`gid` with the
+/// permission bits of `mode` and `xattrs`. Its stream is checked against the name before the
+/// object can land, as an archived one's; returns the checksum.
+pub(in crate::import) fn write_raw(
+    repo: &ostree::Repo,
+    checksum: &str,
+    (uid, gid, mode): (u32, u32, u32),
+    symlink: Option<&str>,
+    xattrs: &glib::Variant,
+    content: &mut impl Read,
+    size: u64,
+) -> Result<String> {
+    let info = gio::FileInfo::new();
+    // As libostree describes a file it writes (`_ostree_mode_uidgid_to_gfileinfo`); a symlink's
+    // mode is always 0777 (`ostree_repo_write_symlink`).
+    let (kind, mode) = match symlink {
+        Some(target) => {
+            info.set_symlink_target(target);
+            (gio::FileType::SymbolicLink, libc::S_IFLNK | 0o777)
+        }
+        None => {
+            info.set_size(i64::try_from(size).context("file size out of range")?);
+            (gio::FileType::Regular, libc::S_IFREG | (mode & 0o7777))
+        }
+    };
+    info.set_file_type(kind);
+    info.set_is_symlink(symlink.is_some());
+    info.set_attribute_uint32("unix::uid", uid);
+    info.set_attribute_uint32("unix::gid", gid);
+    info.set_attribute_uint32("unix::mode", mode);
+    let content = symlink.is_none().then_some(content);
+    let stream = ContentStream::new(&info, Some(xattrs), content).context("writing file object")?;
+    let length = stream.length;
+    if length <= IN_MEMORY_STREAM {
+        write_in_memory(repo, checksum, Source::Raw, stream, length)
+    } else {
+        write_streamed(repo, checksum, Source::Raw, stream, length)
+    }
+}
+
+/// Where a content stream comes from, as errors name it.
+#[derive(Clone, Copy)]
+enum Source {
+    /// An archive-z2 object (`.filez`), inflated.
+    Archived,
+    /// A native layer's object (`.file`), as it is.
+    Raw,
+}
+
+impl Source {
+    fn ext(self) -> &'static str {
+        match self {
+            Source::Archived => "filez",
+            Source::Raw => "file",
+        }
+    }
+
+    fn reading(self) -> &'static str {
+        match self {
+            Source::Archived => "inflating archived file object",
+            Source::Raw => "reading file object",
+        }
+    }
+}
+
+impl<C: Read> Read for ContentStream<C> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self.header.read(buf)? {
             0 => self.content.as_mut().map_or(Ok(0), |c| c.read(buf)),
@@ -160,6 +246,7 @@ impl<R: Read> Read for ContentStream<R> {
 fn write_in_memory(
     repo: &ostree::Repo,
     checksum: &str,
+    source: Source,
     mut stream: impl Read,
     length: u64,
 ) -> Result<String> {
@@ -167,10 +254,10 @@ fn write_in_memory(
     (&mut stream)
         .take(length)
         .read_to_end(&mut bytes)
-        .context("inflating archived file object")?;
-    ends_early(checksum, bytes.len() as u64, length)?;
+        .context(source.reading())?;
+    ends_early(checksum, source, bytes.len() as u64, length)?;
     let actual = hex::encode(Sha256::digest(&bytes));
-    matches_name(checksum, "filez", &actual)?;
+    matches_name(checksum, source.ext(), &actual)?;
     let verified = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(bytes));
     repo.write_content_trusted(checksum, &verified, length, gio::Cancellable::NONE)
         .context("writing file object")?;
@@ -180,6 +267,7 @@ fn write_in_memory(
 fn write_streamed(
     repo: &ostree::Repo,
     checksum: &str,
+    source: Source,
     stream: impl Read,
     length: u64,
 ) -> Result<String> {
@@ -189,7 +277,7 @@ fn write_streamed(
         let writer = std::thread::Builder::new()
             .name("pivot-object".into())
             .spawn_scoped(scope, move || {
-                let checked = Checked::new(ChunkReader::new(rx), length, checksum);
+                let checked = Checked::new(ChunkReader::new(rx), length, checksum, source);
                 let actual = checked.actual.clone();
                 let input = gio::ReadInputStream::new(checked);
                 let written =
@@ -203,9 +291,9 @@ fn write_streamed(
             let mut read = 0u64;
             while read < length {
                 let mut chunk = vec![0; STREAM_CHUNK];
-                let n = fill(&mut input, &mut chunk).context("inflating archived file object")?;
+                let n = fill(&mut input, &mut chunk).context(source.reading())?;
                 if n == 0 {
-                    ends_early(checksum, read, length)?;
+                    ends_early(checksum, source, read, length)?;
                 }
                 chunk.truncate(n);
                 read += n as u64;
@@ -221,7 +309,7 @@ fn write_streamed(
             .join()
             .map_err(|_| anyhow!("the object writer panicked"))?;
         sent?;
-        written_and_checked(checksum, written, actual.as_ref())
+        written_and_checked(checksum, source, written, actual.as_ref())
     })
 }
 
@@ -229,11 +317,12 @@ fn write_streamed(
 /// if it failed.
 fn written_and_checked(
     checksum: &str,
+    source: Source,
     written: Result<(), glib::Error>,
     actual: Option<&String>,
 ) -> Result<String> {
     if let Some(actual) = actual {
-        matches_name(checksum, "filez", actual)?;
+        matches_name(checksum, source.ext(), actual)?;
     }
     written.context("writing file object")?;
     actual
@@ -256,10 +345,11 @@ struct Checked<R> {
     /// error, libostree's message then says little.
     failure: Arc<OnceLock<String>>,
     expected: String,
+    source: Source,
 }
 
 impl<R: Read> Checked<R> {
-    fn new(inner: R, length: u64, expected: &str) -> Checked<R> {
+    fn new(inner: R, length: u64, expected: &str, source: Source) -> Checked<R> {
         Checked {
             inner,
             current: Vec::with_capacity(STREAM_CHUNK),
@@ -269,6 +359,7 @@ impl<R: Read> Checked<R> {
             actual: Arc::default(),
             failure: Arc::default(),
             expected: expected.to_owned(),
+            source,
         }
     }
 
@@ -286,13 +377,14 @@ impl<R: Read> Read for Checked<R> {
             }
             self.current.resize(STREAM_CHUNK.min(self.left as usize), 0);
             let n = fill(&mut self.inner, &mut self.current)
-                .map_err(|e| self.fail(format!("inflating archived file object: {e}")))?;
+                .map_err(|e| self.fail(format!("{}: {e}", self.source.reading())))?;
             self.current.truncate(n);
             self.pos = 0;
             if n == 0 {
                 let left = self.left;
                 return Err(self.fail(format!(
-                    "inflating archived file object: it ends {left} bytes early"
+                    "{}: it ends {left} bytes early",
+                    self.source.reading()
                 )));
             }
             self.left -= n as u64;
@@ -313,10 +405,15 @@ impl<R: Read> Read for Checked<R> {
     }
 }
 
-fn ends_early(checksum: &str, read: u64, length: u64) -> Result<()> {
+fn ends_early(checksum: &str, source: Source, read: u64, length: u64) -> Result<()> {
+    let what = match source {
+        Source::Archived => "archived file object",
+        Source::Raw => "file object",
+    };
     ensure!(
         read == length,
-        "archived file object {checksum}.filez ends {} bytes early",
+        "{what} {checksum}.{} ends {} bytes early",
+        source.ext(),
         length - read
     );
     Ok(())
@@ -400,4 +497,3 @@ fn raw_file_to_content_stream(
         Ok((from_glib_full(stream), length))
     }
 }
-
