@@ -6,7 +6,9 @@
 //! Writes three `oci:` directories under OUTDIR:
 //! - `encapsulated`: one layer holding the whole commit;
 //! - `chunked`: the commit layer plus component layers (fake "packages", one per top-level
-//!   directory under `usr/`), up to the `ostree.final-diffid` label;
+//!   directory under `usr/`), up to the `ostree.final-diffid` label; `chunked:N` instead
+//!   writes it with up to N layers, the components being the directories three levels under
+//!   `usr/` (as many as an OS has packages: rpm-ostree's chunking packs those into the layers);
 //! - `derived`: `encapsulated` with one more, plain tar layer on top, as a `FROM` build adds:
 //!   a new file, a file under `etc/`, and a whiteout removing `usr/share/pivot/v2-marker`.
 //!
@@ -63,13 +65,26 @@ async fn main() -> Result<()> {
         _ => {}
     }
     let [repo, rev, out, only @ ..] = args.as_slice() else {
-        bail!("usage: ext-fixtures REPO REF OUTDIR [encapsulated|chunked|derived ...]");
+        bail!("usage: ext-fixtures REPO REF OUTDIR [encapsulated|chunked|chunked:N|derived ...]");
     };
     const NAMES: [&str; 3] = ["encapsulated", "chunked", "derived"];
-    if let Some(name) = only.iter().find(|n| !NAMES.contains(&n.as_str())) {
-        bail!("unknown image {name}: not one of {NAMES:?}");
+    // `chunked:N`: N layers, components three directories deep (hundreds, as an OS has packages;
+    // with fewer than about 2N, ostree-rs-ext 0.15.3 packs some layers empty).
+    let mut chunking = (8, 1);
+    for name in only {
+        match name.split_once(':') {
+            Some(("chunked", n)) => {
+                let n: u32 = n
+                    .parse()
+                    .with_context(|| format!("{name}: N is not a number"))?;
+                chunking = (n, 3);
+            }
+            _ if NAMES.contains(&name.as_str()) => {}
+            _ => bail!("unknown image {name}: not one of {NAMES:?} or chunked:N"),
+        }
     }
-    let wanted = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
+    let wanted =
+        |name: &str| only.is_empty() || only.iter().any(|n| n.split(':').next() == Some(name));
     let repo_path = repo;
     let repo = ostree::Repo::new_for_path(repo_path);
     repo.open(gio::Cancellable::NONE)
@@ -91,11 +106,11 @@ async fn main() -> Result<()> {
     }
 
     if wanted("chunked") {
-        let meta = contentmeta(&repo, rev)?;
+        let meta = contentmeta(&repo, rev, chunking.1)?;
         let meta = ostree_ext::chunking::ObjectMetaSized::compute_sizes(&repo, meta)?;
         let mut opts = ExportOpts::default();
         opts.contentmeta = Some(&meta);
-        opts.max_layers = NonZeroU32::new(8);
+        opts.max_layers = NonZeroU32::new(chunking.0);
         let chunked = out.join("chunked");
         let digest = encapsulate(&repo, rev, &config, Some(opts), &oci_ref(&chunked)).await;
         report("chunked", &chunked, digest)?;
@@ -144,31 +159,51 @@ fn manifest_digest(dir: &Path) -> Result<String> {
     Ok(m.digest().to_string())
 }
 
-/// Content objects grouped into fake packages by the top-level directory under `usr/`.
-fn contentmeta(repo: &ostree::Repo, rev: &str) -> Result<ObjectMeta> {
+/// Content objects grouped into fake packages: each file's is its directory `depth` levels under
+/// `usr/` (a file above that depth is its own).
+fn contentmeta(repo: &ostree::Repo, rev: &str, depth: usize) -> Result<ObjectMeta> {
     let (root, _) = repo.read_commit(rev, gio::Cancellable::NONE)?;
     let mut meta = ObjectMeta::default();
     let mut ids = HashSet::new();
     walk(&root, "", &mut |path, checksum| {
         let rest = path.strip_prefix("/usr/").unwrap_or(path);
-        let id = rest
-            .trim_start_matches('/')
-            .split('/')
-            .next()
-            .unwrap_or("root");
+        let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+        // The last part is the file's own name: a file above `depth` is its own component.
+        let dirs = parts.len().saturating_sub(1).min(depth).max(1);
+        let id = parts[..dirs].join("-");
+        let id = if id.is_empty() { "root" } else { &id };
         let id: Rc<str> = Rc::from(format!("pkg-{id}"));
+        // An object shared by several components belongs to the first. A component left with
+        // none is not declared: ostree-rs-ext 0.15.3 would write it as a second empty layer,
+        // an image its own importer refuses ("Multiple entries for …").
+        if meta.map.contains_key(checksum) {
+            return;
+        }
         if ids.insert(id.clone()) {
             meta.set.insert(ObjectSourceMeta {
                 identifier: id.clone(),
                 name: id.clone(),
                 srcid: id.clone(),
                 change_time_offset: 1,
-                change_frequency: 1,
+                // Spread as packages' changelog counts are (rpm-ostree's measure), from the
+                // name so that v1 and v2 of a tree pack alike; at depth 1, all alike.
+                change_frequency: if depth > 1 {
+                    1 + name_hash(&id) % 50
+                } else {
+                    1
+                },
             });
         }
         meta.map.insert(checksum.to_string(), id);
     })?;
     Ok(meta)
+}
+
+/// A stable small hash of a name (FNV-1a).
+fn name_hash(name: &str) -> u32 {
+    name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 fn walk(dir: &gio::File, path: &str, f: &mut dyn FnMut(&str, &str)) -> Result<()> {
