@@ -249,7 +249,8 @@ fn write_content(
     let header = entry.header();
     let uid = u32::try_from(header.uid()?).context("uid out of range")?;
     let gid = u32::try_from(header.gid()?).context("gid out of range")?;
-    let mode = header.mode()? & 0o7777;
+    // The permission bits are kept by `write_raw`, as libostree keeps them.
+    let mode = header.mode()?;
     if repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)? {
         return Ok(Outcome::Skipped);
     }

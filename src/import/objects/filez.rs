@@ -125,18 +125,17 @@ impl<R: Read> ContentStream<flate2::read::DeflateDecoder<R>> {
         let (_, info, xattrs) =
             parse_content_stream(&raw, size).context("parsing archived file object")?;
         let regular = info.file_type() == gio::FileType::Regular;
-        let stream = ContentStream::new(&info, xattrs.as_ref(), None::<std::io::Empty>)
+        let inflated = regular.then(|| flate2::read::DeflateDecoder::new(input));
+        let stream = ContentStream::new(&info, xattrs.as_ref(), inflated)
             .context("reading archived file object")?;
-        let content_size = stream.length - stream.header.get_ref().len() as u64;
+        let content_size = stream
+            .length
+            .saturating_sub(stream.header.get_ref().len() as u64);
         ensure!(
             regular || content_size == 0,
             "archived symlink object declares {content_size} bytes of content"
         );
-        Ok(ContentStream {
-            header: stream.header,
-            content: regular.then(|| flate2::read::DeflateDecoder::new(input).take(content_size)),
-            length: stream.length,
-        })
+        Ok(stream)
     }
 }
 
@@ -230,6 +229,13 @@ impl Source {
         match self {
             Source::Archived => "inflating archived file object",
             Source::Raw => "reading file object",
+        }
+    }
+
+    fn object(self) -> &'static str {
+        match self {
+            Source::Archived => "archived file object",
+            Source::Raw => "file object",
         }
     }
 }
@@ -406,13 +412,10 @@ impl<R: Read> Read for Checked<R> {
 }
 
 fn ends_early(checksum: &str, source: Source, read: u64, length: u64) -> Result<()> {
-    let what = match source {
-        Source::Archived => "archived file object",
-        Source::Raw => "file object",
-    };
     ensure!(
         read == length,
-        "{what} {checksum}.{} ends {} bytes early",
+        "{} {checksum}.{} ends {} bytes early",
+        source.object(),
         source.ext(),
         length - read
     );
