@@ -105,8 +105,9 @@ pub fn run(etc: &Path, ctx: &CheckEnv) -> Result<Option<Failure>> {
 
 fn run_one(check: &Path, name: &str, ctx: &CheckEnv) -> Result<Option<Failure>> {
     // stdout and stderr into one pipe, read on a thread so a chatty check never blocks on it.
-    let (reader, writer) = nix::unistd::pipe().context("creating a pipe for a health check")?;
-    let reader = std::fs::File::from(reader);
+    // Close-on-exec (std's pipe is): a child another thread forks before `command` is dropped
+    // must not inherit the write end, or the read below waits for that child too.
+    let (reader, writer) = std::io::pipe().context("creating a pipe for a health check")?;
     let mut command = Command::new(check);
     command
         .env("PIVOT_TARGET_COMMIT", &ctx.commit)
@@ -203,10 +204,19 @@ mod tests {
         let etc = tempfile::tempdir().unwrap();
         let dir = etc.path().join(HEALTH_DIR);
         std::fs::create_dir_all(&dir).unwrap();
+        // Written by `install`, not by this process: a test thread that forks while this one
+        // holds a script open for writing would make its exec fail with ETXTBSY.
+        let sources = tempfile::tempdir().unwrap();
         for (name, script, mode) in checks {
-            let path = dir.join(name);
-            std::fs::write(&path, script).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).unwrap();
+            let source = sources.path().join(name);
+            std::fs::write(&source, script).unwrap();
+            let status = Command::new("install")
+                .arg(format!("--mode={mode:o}"))
+                .arg(&source)
+                .arg(dir.join(name))
+                .status()
+                .unwrap();
+            assert!(status.success());
         }
         etc
     }
@@ -263,12 +273,13 @@ mod tests {
             "#!/bin/sh\necho waiting for the network\nsleep 600 &\nsleep 600\n",
             0o755,
         )]);
+        // Bound long enough for a loaded machine to start the shell and reach its echo.
         let started = Instant::now();
-        let failure = run(etc.path(), &ctx(Duration::from_millis(500)))
+        let failure = run(etc.path(), &ctx(Duration::from_secs(2)))
             .unwrap()
             .unwrap();
         assert!(started.elapsed() < Duration::from_secs(20));
-        assert_eq!(failure.how, "timed out after 1 s");
+        assert_eq!(failure.how, "timed out after 2 s");
         assert_eq!(failure.output_tail, "waiting for the network");
     }
 

@@ -13,14 +13,27 @@ pub(crate) const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{cmd:?}: {}\n{}{}",
+        "{cmd:?}: {}\n{stdout}{}{}",
         out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr),
+        failed_tests(&stdout)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The failed tests' sections of a `cargo test` run's output (rpmbuild's %check), repeated
+/// last: a long log is cut in its middle where CI shows it, and that is where they are.
+fn failed_tests(stdout: &str) -> String {
+    let Some(start) = stdout.find("\nfailures:\n") else {
+        return String::new();
+    };
+    let end = stdout[start..]
+        .find("\ntest result:")
+        .map_or(stdout.len(), |e| start + e);
+    format!("\n== the failed tests, again:{}", &stdout[start..end])
 }
 
 pub(crate) fn assets() -> PathBuf {
