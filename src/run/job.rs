@@ -2,6 +2,7 @@
 //! the sysroot lock it re-checks the deployments, imports the layers (two at a time, into one
 //! repo transaction), checks free space, keeps refs and deploys.
 
+use std::collections::hash_map::{Entry, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -442,13 +443,15 @@ impl Job {
                     let repo = repo.clone();
                     scope.spawn(move || {
                         let mut done = Vec::new();
-                        while !failed.load(Ordering::Relaxed) {
-                            let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                                break;
-                            };
-                            let imported = self.import_layer(&repo, spools, i);
-                            failed.fetch_or(imported.is_err(), Ordering::Relaxed);
-                            done.push((i, imported));
+                        while let Some(group) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                            for &i in group {
+                                if failed.load(Ordering::Relaxed) {
+                                    return done;
+                                }
+                                let imported = self.import_layer(&repo, spools, i);
+                                failed.fetch_or(imported.is_err(), Ordering::Relaxed);
+                                done.push((i, imported));
+                            }
                         }
                         done
                     })
@@ -468,11 +471,24 @@ impl Job {
     }
 }
 
-/// Layer indices, the largest (compressed) first; equal sizes in layer order.
-fn largest_first(layers: &[Layer]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..layers.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(layers[i].descriptor.size.max(0)));
-    order
+/// Layer indices grouped by digest, the groups largest (compressed) first, equal sizes in
+/// layer order. A group holds more than one layer when the image carries a blob twice (OCI
+/// allows it; a build step can repeat a layer): one worker imports them one after the other,
+/// as two imports of one blob at once would append to the same download spool.
+fn largest_first(layers: &[Layer]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    for (i, layer) in layers.iter().enumerate() {
+        match first.entry(layer.descriptor.digest.as_str()) {
+            Entry::Occupied(g) => groups[*g.get()].push(i),
+            Entry::Vacant(v) => {
+                v.insert(groups.len());
+                groups.push(vec![i]);
+            }
+        }
+    }
+    groups.sort_by_key(|g| std::cmp::Reverse(layers[g[0]].descriptor.size.max(0)));
+    groups
 }
 
 /// The commit under which the store (see [`crate::import::store`]) keeps layer `i` of `os`, whole: a
@@ -526,8 +542,13 @@ mod tests {
     use crate::fetch::image::Compression;
 
     fn layer(size: i64) -> Layer {
+        sized(&format!("sha256:{size}"), size)
+    }
+
+    fn sized(digest: &str, size: i64) -> Layer {
         Layer {
             descriptor: oci_client::manifest::OciDescriptor {
+                digest: digest.to_string(),
                 size,
                 ..Default::default()
             },
@@ -539,7 +560,26 @@ mod tests {
     #[test]
     fn the_largest_layers_are_imported_first() {
         // As ostree-rs-ext orders a chunked image: commit layer, then its packing's bins.
-        let layers: Vec<Layer> = [1, 8, 7, 6, 0, 47, 24, 27, 0].map(layer).into();
-        assert_eq!(largest_first(&layers), [5, 7, 6, 1, 2, 3, 0, 4, 8]);
+        let layers: Vec<Layer> = [1, 8, 7, 6, 2, 47, 24, 27, 3].map(layer).into();
+        let order: Vec<usize> = largest_first(&layers).concat();
+        assert_eq!(order, [5, 7, 6, 1, 2, 3, 8, 4, 0]);
+        // Equal sizes keep layer order.
+        let layers = [sized("sha256:a", 5), sized("sha256:b", 9), sized("sha256:c", 5)];
+        assert_eq!(largest_first(&layers), [vec![1], vec![0], vec![2]]);
+    }
+
+    #[test]
+    fn a_blob_the_image_carries_twice_is_imported_by_one_worker_in_layer_order() {
+        let layers = [
+            sized("sha256:run", 4),
+            sized("sha256:base", 9),
+            sized("sha256:run", 4),
+            sized("sha256:copy", 6),
+            sized("sha256:run", 4),
+        ];
+        assert_eq!(
+            largest_first(&layers),
+            [vec![1], vec![3], vec![0, 2, 4]]
+        );
     }
 }

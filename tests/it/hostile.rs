@@ -449,3 +449,29 @@ fn blobs_that_keep_coming_after_their_declared_size_are_refused_without_reading_
         "pivot kept reading the config: {sent} bytes sent"
     );
 }
+
+/// Layers import two at a time, the largest first; whatever order they fail in, the error is
+/// the first failed layer's in the image. Here layer 1 (the larger, served slowly) fails at
+/// its end, long after layer 2 failed at once.
+#[test]
+fn of_two_failed_layers_the_one_first_in_the_image_is_reported() {
+    let mut env = Env::new();
+    let repo = v2_repo();
+    let hostile = RawTar::new().file("srv/repo/../escape", 0o644, "x\n");
+    let first = RawLayer::new(&repo.tar.clone().extend(&hostile), Compression::Gzip).unwrap();
+    let second = RawTar::new().file("usr/share/second", 0o644, "second\n");
+    let second = RawLayer::new(&second, Compression::Gzip).unwrap();
+    let (slow, missing) = (first.digest(), second.digest());
+    let image = RawImage::new(vec![first, second], Some(&repo.commit));
+    push_image(&env, "two-failures", &image);
+    let proxy = proxied(&mut env);
+    proxy.add_fault(Fault::throttle(&format!("/blobs/{slow}"), 2 << 10).always());
+    proxy.add_fault(Fault::status(&format!("/blobs/{missing}"), 404).always());
+    let pullspec = format!("{}/pivot/os:two-failures", proxy.host());
+    let before = env.sysroot.snapshot().unwrap();
+    let out = env.pivot(&[&pullspec]);
+    assert_fails_with(&out, &["fetching layer 1/2", "has a `..` component"]);
+    let err = stderr(&out);
+    assert!(!err.contains("layer 2/2"), "{err}");
+    assert_eq!(env.sysroot.snapshot().unwrap(), before);
+}

@@ -358,6 +358,135 @@ fn a_native_object_whose_content_does_not_match_its_name_is_refused() {
     );
 }
 
+/// An image whose `ostree.final-diffid` names two layers: the commit's layer, then the same empty
+/// chunk twice, as ostree-rs-ext 0.15.3's chunking writes one when a component it is given owns
+/// no object (its packing leaves a chunk empty beside the empty last one). Which layers are the
+/// image's own is ambiguous: ostree-rs-ext's importer refuses it, and so does pivot, in one line,
+/// the sysroot untouched.
+#[test]
+fn an_image_naming_two_layers_by_its_final_diffid_is_refused_as_ostree_rs_ext_refuses_it() {
+    let oci = encapsulate(&fixture("os-v2"), false, Some("encapsulated"));
+    // Uncompressed: a layer's digest is its diffid.
+    let layers = vec![
+        RawLayer::new(&encapsulated_layer(&oci), Compression::None).unwrap(),
+        RawLayer::new(&RawTar::new(), Compression::None).unwrap(),
+        RawLayer::new(&RawTar::new(), Compression::None).unwrap(),
+    ];
+    let diff_ids: Vec<String> = layers.iter().map(RawLayer::digest).collect();
+    let mut image = RawImage::new(layers, None);
+    image.config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": { "Labels": {
+            "ostree.commit": oci.commit,
+            "ostree.final-diffid": diff_ids[2],
+            "containers.bootc": "1",
+        } },
+        "rootfs": { "type": "layers", "diff_ids": diff_ids },
+        "history": [
+            { "created_by": "ostree commit" },
+            { "created_by": "an empty chunk" },
+            { "created_by": "the empty last chunk" },
+        ],
+    }))
+    .unwrap();
+
+    let env = Env::new();
+    let pushed = image
+        .push(&env.registry, "pivot/native", "two-finals")
+        .unwrap();
+    assert_refused(
+        &env,
+        &[&pushed.by_tag],
+        &["ostree.final-diffid", "names 2 layers", "ambiguous"],
+    );
+    // The peer's own importer, into a repo of its own.
+    let scratch = tempfile::tempdir().unwrap();
+    let repo = ostree::Repo::new_for_path(scratch.path());
+    repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
+        .unwrap();
+    let tool = ext_fixtures_tool(false).unwrap();
+    let refused = pivot_testkit::ext_judge(
+        &tool,
+        &[
+            "import",
+            scratch.path().to_str().unwrap(),
+            &format!("docker://{}", pushed.by_tag),
+        ],
+        &env.registries_conf,
+    )
+    .unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("Multiple entries"),
+        "{refused:#}"
+    );
+}
+
+/// A derived image whose build made the same layer twice (two build steps with the same
+/// result; OCI allows it): both are applied. The two are imported one after the other, the
+/// second from the first's download spool (see `largest_first` in `src/run/job.rs`).
+#[test]
+fn a_derived_layer_that_appears_twice_is_applied_and_pivots() {
+    let oci = encapsulate(&fixture("os-v2"), false, Some("encapsulated"));
+    let commit_layer = RawLayer::new(&encapsulated_layer(&oci), Compression::None).unwrap();
+    // Incompressible, so that the two layers are the image's largest and start together.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let noise: Vec<u8> = (0..4 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let tar = RawTar::new()
+        .dir("usr/")
+        .dir("usr/share/")
+        .dir("usr/share/twice/")
+        .file("usr/share/twice/data", 0o644, &noise);
+    let twice = RawLayer::new(&tar, Compression::Gzip).unwrap();
+    let diff_ids = [
+        commit_layer.digest(),
+        pivot_testkit::sha256_digest(&tar.to_tar().unwrap()),
+    ];
+    let (twice_digest, twice_size) = (twice.digest(), twice.blob.len() as u64);
+    let mut image = RawImage::new(vec![commit_layer, twice.clone(), twice], None);
+    image.config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": { "Labels": {
+            "ostree.commit": oci.commit,
+            "ostree.final-diffid": diff_ids[0],
+            "containers.bootc": "1",
+        } },
+        "rootfs": { "type": "layers", "diff_ids": [diff_ids[0], diff_ids[1], diff_ids[1]] },
+    }))
+    .unwrap();
+
+    let mut env = Env::new();
+    image.push(&env.registry, "pivot/native", "twice").unwrap();
+    let proxy = pivot_testkit::FaultProxy::start(&env.registry.host()).unwrap();
+    env.set_registries_conf(&format!(
+        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+        proxy.host()
+    ));
+    let out = env.pivot(&[&format!("{}/pivot/native:twice", proxy.host())]);
+    assert_success(&out);
+    let deployment = env.deployment(0);
+    assert_eq!(
+        std::fs::read(deployment.join("usr/share/twice/data")).unwrap(),
+        noise
+    );
+    assert_fsck_clean(&env);
+    // Downloaded once.
+    assert_eq!(
+        proxy.body_bytes_sent(&twice_digest),
+        twice_size,
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// The layer count of `pivot/native:<name>` in the registry.
 fn manifest_layers(env: &Env, name: &str) -> usize {
     let raw = raw_manifest(&format!("{}/pivot/native:{name}", env.registry.host()));
