@@ -147,7 +147,7 @@ impl BlobReader {
     /// Reports bytes read as layer `index` of `progress`.
     pub fn with_progress(mut self, progress: Progress, index: usize) -> BlobReader {
         // A resumed read starts past the bytes an earlier run took.
-        progress.bytes(index, self.read);
+        progress.present(index, self.read);
         self.progress = Some((progress, index));
         self
     }
@@ -170,7 +170,9 @@ impl BlobReader {
         Ok(0)
     }
 
-    fn take(&mut self, buf: &mut [u8], chunk: &[u8]) -> io::Result<usize> {
+    /// Hands `chunk` to the reader: `fetched` by this run, or replayed from the spool an
+    /// earlier run kept.
+    fn take(&mut self, buf: &mut [u8], chunk: &[u8], fetched: bool) -> io::Result<usize> {
         if self.read + chunk.len() as u64 > self.size {
             self.done = true;
             return Err(io::Error::other(
@@ -185,7 +187,10 @@ impl BlobReader {
         self.hasher.update(&chunk[unhashed as usize..]);
         self.read += chunk.len() as u64;
         if let Some((progress, index)) = &self.progress {
-            progress.bytes(*index, chunk.len() as u64);
+            match fetched {
+                true => progress.bytes(*index, chunk.len() as u64),
+                false => progress.present(*index, chunk.len() as u64),
+            }
         }
         Ok(chunk.len())
     }
@@ -209,7 +214,7 @@ impl Read for BlobReader {
             let mut tmp = vec![0; buf.len().min(1 << 16)];
             let n = replay.read(&mut tmp)?;
             if n > 0 {
-                return self.take(buf, &tmp[..n]);
+                return self.take(buf, &tmp[..n], false);
             }
             self.replay = None;
         }
@@ -231,7 +236,7 @@ impl Read for BlobReader {
         }
         let n = buf.len().min(self.current.len());
         let chunk = self.current.split_to(n);
-        self.take(buf, &chunk)
+        self.take(buf, &chunk, true)
     }
 }
 

@@ -37,7 +37,10 @@ struct State {
     started: Instant,
     layers: Vec<(String, u64, u64)>,
     total: u64,
+    /// Bytes of the layers done, fetched or not: what the bars show.
     done: u64,
+    /// Of those, the bytes this run fetched.
+    fetched: u64,
     current: usize,
     last_draw: Option<Instant>,
     last_plain: Instant,
@@ -80,6 +83,7 @@ impl Progress {
                 layers: Vec::new(),
                 total: 0,
                 done: 0,
+                fetched: 0,
                 current: 0,
                 last_draw: None,
                 last_plain: Instant::now(),
@@ -133,8 +137,18 @@ impl Progress {
         });
     }
 
-    /// `n` more bytes of layer `index` arrived.
+    /// `n` more bytes of layer `index` arrived (from the registry, or the image's layout).
     pub fn bytes(&self, index: usize, n: u64) {
+        self.with(|s| {
+            s.fetched += n;
+            s.add(index, n)
+        });
+    }
+
+    /// `n` bytes of layer `index` that this run did not fetch: the layer is in the repo
+    /// already, or an earlier run's download kept them. They fill the bars; the summary and
+    /// the `done` event count only what was fetched.
+    pub fn present(&self, index: usize, n: u64) {
         self.with(|s| s.add(index, n));
     }
 
@@ -143,17 +157,24 @@ impl Progress {
         self.with(|s| {
             s.clear_bars();
             let secs = s.started.elapsed().as_secs_f64();
-            if s.done > 0 {
+            let present = s.done - s.fetched;
+            let here = match present {
+                0 => String::new(),
+                n => format!("; {} of its layers were here already", human(n)),
+            };
+            if s.fetched > 0 {
                 tracing::info!(
-                    "fetched {} in {:.1} s ({}/s)",
-                    human(s.done),
+                    "fetched {} in {:.1} s ({}/s){here}",
+                    human(s.fetched),
                     secs,
-                    human((s.done as f64 / secs.max(0.001)) as u64)
+                    human((s.fetched as f64 / secs.max(0.001)) as u64)
                 );
+            } else if present > 0 {
+                tracing::info!("fetched nothing{here}");
             }
             s.emit(Event::Done {
                 outcome,
-                bytes: s.done,
+                bytes: s.fetched,
                 seconds: secs,
             });
         });
@@ -344,7 +365,8 @@ mod tests {
         );
         progress.step(Step::Importing);
         progress.bytes(0, 3);
-        progress.bytes(1, 2);
+        // Layer 1 was here already: it fills the bars but was not fetched.
+        progress.present(1, 2);
         progress.step(Step::Deploying);
         progress.finish(Outcome::Deployed);
         let mut text = String::new();
@@ -379,7 +401,7 @@ mod tests {
             events.last(),
             Some(Event::Done {
                 outcome: Outcome::Deployed,
-                bytes: 5,
+                bytes: 3,
                 ..
             })
         ));

@@ -26,7 +26,7 @@ impl Job {
                 "layer {}/{count} {digest} is in the repo already ({commit}): not fetched",
                 i + 1
             );
-            self.progress.bytes(i, layer.descriptor.size.max(0) as u64);
+            self.progress.present(i, layer.descriptor.size.max(0) as u64);
             return Ok(RepoImporter::new(repo.clone(), self.os.format, false));
         }
         if let Some(record) = spools.imported(digest) {
@@ -38,7 +38,7 @@ impl Job {
                         "layer {}/{count} {digest} was imported by an earlier run: not fetched again",
                         i + 1
                     );
-                    self.progress.bytes(i, layer.descriptor.size.max(0) as u64);
+                    self.progress.present(i, layer.descriptor.size.max(0) as u64);
                     return Ok(importer);
                 }
                 Err(e) => {

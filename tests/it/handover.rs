@@ -160,11 +160,32 @@ fn blob_gets(env: &Env, layers: &[String]) -> Vec<usize> {
         .collect()
 }
 
-/// Pivots to `image` (tagged `v3`) and checks the registry served exactly the layers in `changed`.
+/// Pivots to `image` (tagged `v3`) and checks the registry served exactly the layers in
+/// `changed`, and that pivot's summary counts only those as fetched.
 fn pivot_fetching_only(env: &Env, image: &Image, changed: &BTreeSet<String>) {
     let before = blob_gets(env, &image.layers());
     let host = env.registry.host();
-    assert_success(&env.pivot(&[&format!("{host}/pivot/native:v3")]));
+    let out = env.pivot(&[&format!("{host}/pivot/native:v3")]);
+    assert_success(&out);
+    let (mut fetched, mut present) = (0, 0);
+    for layer in layout_manifest(&image.dir)["layers"].as_array().unwrap() {
+        let size = layer["size"].as_u64().unwrap();
+        match changed.contains(layer["digest"].as_str().unwrap()) {
+            true => fetched += size,
+            false => present += size,
+        }
+    }
+    let summary = format!("fetched {} in ", pivot::node::progress::human(fetched));
+    let here = format!(
+        "; {} of its layers were here already",
+        pivot::node::progress::human(present)
+    );
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l.contains(&summary) && l.ends_with(&here)),
+        "{err}"
+    );
     let fetched = blob_gets(env, &image.layers());
     for ((layer, before), after) in image.layers().iter().zip(before).zip(fetched) {
         match changed.contains(layer) {
