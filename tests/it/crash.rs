@@ -438,6 +438,13 @@ fn kill_inside_the_layer_and_resume(mut env: Env, image: &PushedImage) {
         "the resumed run fetched {sent} bytes; only {} were missing",
         total - vouched
     );
+    // Its summary counts what came from the registry, not what the earlier run kept.
+    let summary = format!("fetched {} in ", pivot::node::progress::human(sent));
+    assert!(
+        err.lines()
+            .any(|l| l.contains(&summary) && l.ends_with("of its layers were here already")),
+        "{err}"
+    );
     assert_converged(&env, image, "after the resumed run");
 
     // After a reboot the objects staged before the checkpoint are gone: the checkpoint is
