@@ -291,9 +291,11 @@ impl Job {
         // As people know it (libostree's own path for the repo is a /proc/self/fd one).
         let repo_path = self.sysroot.join("ostree/repo");
         let mut layers = Vec::new();
-        // Layers the store holds already are not fetched, and need no room.
+        let mut counted = std::collections::HashSet::new();
         for (i, l) in self.os.layers.iter().enumerate() {
-            if self.stored(repo)?[i].is_some() {
+            // Layers the store holds already are not fetched, and need no room; a blob the
+            // image carries twice makes its objects once, and its imports share one spool.
+            if self.stored(repo)?[i].is_some() || !counted.insert(&l.descriptor.digest) {
                 continue;
             }
             let size = l.descriptor.size.max(0) as u64;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::common::*;
 use pivot::node::progress::human;
-use pivot_testkit::{ImageSpec, PushedImage, Tmpfs};
+use pivot_testkit::{Compression, ImageSpec, PushedImage, RawImage, RawLayer, RepoTar, Tmpfs};
 
 const MIB: u64 = 1 << 20;
 
@@ -310,4 +310,44 @@ fn a_kernel_that_boot_has_no_room_for_is_refused_before_deploying() {
         v2.commit.as_str()
     );
     drop(boot_fs);
+}
+
+/// An image that carries one layer twice (OCI allows it) needs room for it once: the second
+/// copy makes no new objects, and the two are imported one after the other, from one spool.
+#[test]
+fn a_layer_the_image_carries_twice_needs_room_for_it_once() {
+    let tmpfs = Tmpfs::mount(64 * MIB).unwrap();
+    let env = Env::new_in(tmpfs.path());
+    let tree = fixture("os-v2").with_file("usr/share/pivot/payload", 0o644, &noise(8 << 20));
+    let repo = RepoTar::build(&tree, "2").unwrap();
+    let layer = RawLayer::new(&repo.tar, Compression::Gzip).unwrap();
+    let one = pivot::sysroot::space::Layer {
+        size: layer.blob.len() as u64,
+        spooled: 0,
+        checkpointed: true,
+    };
+    let image = RawImage::new(vec![layer.clone(), layer], Some(&repo.commit));
+    let pushed = image.push(&env.registry, "pivot/os", "twice").unwrap();
+    let sysroot_repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
+    sysroot_repo.open(ostree::gio::Cancellable::NONE).unwrap();
+    let reserve = sysroot_repo.min_free_space_bytes().unwrap();
+    let needs = |layers: &[pivot::sysroot::space::Layer]| {
+        let needs = pivot::sysroot::space::repo_needs(layers, pivot::sysroot::space::EXPANSION);
+        needs.objects + needs.spools + reserve
+    };
+    let (once, twice) = (needs(&[one]), needs(&[one, one]));
+    let _filler = fill(tmpfs.path(), once + MIB);
+    assert!(
+        twice > free(tmpfs.path()),
+        "the test needs room for one copy only"
+    );
+
+    let out = env.pivot(&[&pushed.by_tag]);
+    assert_success(&out);
+    assert_eq!(
+        std::fs::read(env.deployment(0).join("usr/share/pivot/payload"))
+            .unwrap()
+            .len(),
+        8 << 20
+    );
 }
