@@ -1,7 +1,10 @@
 //! `pivot --check`: what a pivot would change, from the manifest and config alone; nothing is
 //! downloaded beyond them and nothing is written.
 
-use pivot_testkit::{encapsulate, ext_fixtures_tool, skopeo_push, ImageSpec, Tree};
+use pivot_testkit::{
+    encapsulate, ext_fixtures_tool, skopeo_push, Compression, ImageSpec, RawImage, RawLayer,
+    RepoTar, Tree,
+};
 
 use crate::common::*;
 
@@ -302,5 +305,26 @@ fn check_diff_without_package_lists_shows_the_update_and_names_the_packages_unkn
         report
             .contains("Packages: unknown: reading the packages of the download (pivot/downloaded/"),
         "{report}"
+    );
+}
+
+/// A blob the image carries twice is downloaded once: the check counts it once.
+#[test]
+fn check_counts_a_layer_the_image_carries_twice_once() {
+    let env = Env::new();
+    let repo = RepoTar::build(&fixture("os-v2"), "2").unwrap();
+    let layer = RawLayer::new(&repo.tar, Compression::Gzip).unwrap();
+    let size = layer.blob.len();
+    let image = RawImage::new(vec![layer.clone(), layer], Some(&repo.commit));
+    let pushed = image.push(&env.registry, "pivot/os", "twice").unwrap();
+    let out = env.pivot(&["--check", "--json", &pushed.by_tag]);
+    assert_success(&out);
+    let check: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let download = &check["update"]["download"];
+    assert_eq!(download["bytes"], size, "{download}");
+    assert_eq!(
+        (&download["layers"], &download["of_layers"]),
+        (&1.into(), &2.into()),
+        "{download}"
     );
 }
