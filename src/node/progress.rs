@@ -160,7 +160,7 @@ impl Progress {
             let present = s.done - s.fetched;
             let here = match present {
                 0 => String::new(),
-                n => format!("; {} of its layers were here already", human(n)),
+                n => format!("; {} of the image's layers were here already", human(n)),
             };
             if s.fetched > 0 {
                 tracing::info!(

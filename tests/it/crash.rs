@@ -440,9 +440,10 @@ fn kill_inside_the_layer_and_resume(mut env: Env, image: &PushedImage) {
     );
     // Its summary counts what came from the registry, not what the earlier run kept.
     let summary = format!("fetched {} in ", pivot::node::progress::human(sent));
+    let kept = "of the image's layers were here already";
     assert!(
         err.lines()
-            .any(|l| l.contains(&summary) && l.ends_with("of its layers were here already")),
+            .any(|l| l.contains(&summary) && l.ends_with(kept)),
         "{err}"
     );
     assert_converged(&env, image, "after the resumed run");

@@ -177,7 +177,7 @@ fn pivot_fetching_only(env: &Env, image: &Image, changed: &BTreeSet<String>) {
     }
     let summary = format!("fetched {} in ", pivot::node::progress::human(fetched));
     let here = format!(
-        "; {} of its layers were here already",
+        "; {} of the image's layers were here already",
         pivot::node::progress::human(present)
     );
     let err = stderr(&out);
