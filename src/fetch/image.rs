@@ -79,6 +79,13 @@ impl OsImage {
         to_oci(manifest.config())
     }
 
+    /// Whether layer `i` is a blob an earlier layer of the image is too (OCI allows it; a build
+    /// step can repeat a layer): a pivot fetches it once, and it makes no objects of its own.
+    pub fn repeats_earlier_layer(&self, i: usize) -> bool {
+        let digest = &self.layers[i].descriptor.digest;
+        self.layers[..i].iter().any(|l| &l.descriptor.digest == digest)
+    }
+
     /// Reads the layers from the manifest and the labels from the config blob.
     pub fn new(resolved: &ResolvedManifest, config_json: &[u8]) -> Result<OsImage> {
         let config: serde_json::Value = parse_json(config_json, "image config")?;

@@ -29,14 +29,13 @@ impl Run<'_> {
             Ok((have, stored))
         })
         .await??;
-        // A blob the image carries twice is downloaded once (see `largest_first` in job.rs).
-        let mut counted = std::collections::HashSet::new();
         let fetched: Vec<u64> = os
             .layers
             .iter()
             .zip(&stored)
-            .filter(|(l, stored)| !have && !**stored && counted.insert(&l.descriptor.digest))
-            .map(|(l, _)| l.descriptor.size.max(0) as u64)
+            .enumerate()
+            .filter(|(i, (_, stored))| !have && !**stored && !os.repeats_earlier_layer(*i))
+            .map(|(_, (l, _))| l.descriptor.size.max(0) as u64)
             .collect();
         let config: serde_json::Value = serde_json::from_str(&os.config_json).unwrap_or_default();
         let label = |key: &str| config["config"]["Labels"][key].as_str().map(str::to_string);

@@ -291,11 +291,10 @@ impl Job {
         // As people know it (libostree's own path for the repo is a /proc/self/fd one).
         let repo_path = self.sysroot.join("ostree/repo");
         let mut layers = Vec::new();
-        let mut counted = std::collections::HashSet::new();
         for (i, l) in self.os.layers.iter().enumerate() {
             // Layers the store holds already are not fetched, and need no room; a blob the
             // image carries twice makes its objects once, and its imports share one spool.
-            if self.stored(repo)?[i].is_some() || !counted.insert(&l.descriptor.digest) {
+            if self.stored(repo)?[i].is_some() || self.os.repeats_earlier_layer(i) {
                 continue;
             }
             let size = l.descriptor.size.max(0) as u64;
