@@ -139,17 +139,14 @@ impl Progress {
 
     /// `n` more bytes of layer `index` arrived (from the registry, or the image's layout).
     pub fn bytes(&self, index: usize, n: u64) {
-        self.with(|s| {
-            s.fetched += n;
-            s.add(index, n)
-        });
+        self.with(|s| s.add(index, n, true));
     }
 
     /// `n` bytes of layer `index` that this run did not fetch: the layer is in the repo
     /// already, or an earlier run's download kept them. They fill the bars; the summary and
     /// the `done` event count only what was fetched.
     pub fn present(&self, index: usize, n: u64) {
-        self.with(|s| s.add(index, n));
+        self.with(|s| s.add(index, n, false));
     }
 
     /// Ends the display: a summary line, and the `done` event.
@@ -191,13 +188,17 @@ impl State {
         }
     }
 
-    fn add(&mut self, index: usize, n: u64) {
+    /// `n` more bytes of layer `index` done, `fetched` by this run or not.
+    fn add(&mut self, index: usize, n: u64, fetched: bool) {
         let Some(layer) = self.layers.get_mut(index) else {
             return;
         };
         layer.2 += n;
         let (digest, size, done) = layer.clone();
         self.done += n;
+        if fetched {
+            self.fetched += n;
+        }
         self.current = index;
         let now = Instant::now();
         if self.json.is_some() && (done == size || now - self.last_json[index] >= JSON_EVERY) {

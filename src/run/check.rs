@@ -32,10 +32,9 @@ impl Run<'_> {
         let fetched: Vec<u64> = os
             .layers
             .iter()
-            .zip(&stored)
             .enumerate()
-            .filter(|(i, (_, stored))| !have && !**stored && !os.repeats_earlier_layer(*i))
-            .map(|(_, (l, _))| l.descriptor.size.max(0) as u64)
+            .filter(|&(i, _)| !have && !stored[i] && !os.repeats_earlier_layer(i))
+            .map(|(_, l)| l.descriptor.size.max(0) as u64)
             .collect();
         let config: serde_json::Value = serde_json::from_str(&os.config_json).unwrap_or_default();
         let label = |key: &str| config["config"]["Labels"][key].as_str().map(str::to_string);
