@@ -329,10 +329,7 @@ fn commit_with_a_new_symlink_deploys_it_as_a_symlink() {
 /// A proxy in front of the registry, and `env` pulling through it.
 fn proxied(env: &mut Env) -> FaultProxy {
     let proxy = FaultProxy::start(&env.registry.host()).unwrap();
-    env.set_registries_conf(&format!(
-        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
-        proxy.host()
-    ));
+    insecure_via(env, &proxy);
     proxy
 }
 

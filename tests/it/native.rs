@@ -358,6 +358,27 @@ fn a_native_object_whose_content_does_not_match_its_name_is_refused() {
     );
 }
 
+/// The config of an ostree-native image of `commit` whose layers have `diff_ids`, its own ending
+/// at `final_diffid`, with a history entry per layer as ostree-rs-ext's importer requires.
+fn native_config(commit: &str, final_diffid: &str, diff_ids: &[String]) -> Vec<u8> {
+    let history: Vec<_> = diff_ids
+        .iter()
+        .map(|d| serde_json::json!({ "created_by": format!("layer {d}") }))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": { "Labels": {
+            "ostree.commit": commit,
+            "ostree.final-diffid": final_diffid,
+            "containers.bootc": "1",
+        } },
+        "rootfs": { "type": "layers", "diff_ids": diff_ids },
+        "history": history,
+    }))
+    .unwrap()
+}
+
 /// An image whose `ostree.final-diffid` names two layers: the commit's layer, then the same empty
 /// chunk twice, as ostree-rs-ext 0.15.3's chunking writes one when a component it is given owns
 /// no object (its packing leaves a chunk empty beside the empty last one). Which layers are the
@@ -374,22 +395,7 @@ fn an_image_naming_two_layers_by_its_final_diffid_is_refused_as_ostree_rs_ext_re
     ];
     let diff_ids: Vec<String> = layers.iter().map(RawLayer::digest).collect();
     let mut image = RawImage::new(layers, None);
-    image.config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": { "Labels": {
-            "ostree.commit": oci.commit,
-            "ostree.final-diffid": diff_ids[2],
-            "containers.bootc": "1",
-        } },
-        "rootfs": { "type": "layers", "diff_ids": diff_ids },
-        "history": [
-            { "created_by": "ostree commit" },
-            { "created_by": "an empty chunk" },
-            { "created_by": "the empty last chunk" },
-        ],
-    }))
-    .unwrap();
+    image.config = native_config(&oci.commit, &diff_ids[2], &diff_ids);
 
     let env = Env::new();
     let pushed = image
@@ -429,21 +435,13 @@ fn an_image_naming_two_layers_by_its_final_diffid_is_refused_as_ostree_rs_ext_re
 fn a_derived_layer_that_appears_twice_is_applied_and_pivots() {
     let oci = encapsulate(&fixture("os-v2"), false, Some("encapsulated"));
     let commit_layer = RawLayer::new(&encapsulated_layer(&oci), Compression::None).unwrap();
-    // Incompressible, so that the two layers are the image's largest and start together.
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let noise: Vec<u8> = (0..4 << 20)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect();
+    // About 4 MiB of layer: the image's largest, so that both copies would start together.
+    let data = noise(8 << 20);
     let tar = RawTar::new()
         .dir("usr/")
         .dir("usr/share/")
         .dir("usr/share/twice/")
-        .file("usr/share/twice/data", 0o644, &noise);
+        .file("usr/share/twice/data", 0o644, &data);
     let twice = RawLayer::new(&tar, Compression::Gzip).unwrap();
     let diff_ids = [
         commit_layer.digest(),
@@ -451,32 +449,17 @@ fn a_derived_layer_that_appears_twice_is_applied_and_pivots() {
     ];
     let (twice_digest, twice_size) = (twice.digest(), twice.blob.len() as u64);
     let mut image = RawImage::new(vec![commit_layer, twice.clone(), twice], None);
-    image.config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": { "Labels": {
-            "ostree.commit": oci.commit,
-            "ostree.final-diffid": diff_ids[0],
-            "containers.bootc": "1",
-        } },
-        "rootfs": { "type": "layers", "diff_ids": [diff_ids[0], diff_ids[1], diff_ids[1]] },
-    }))
-    .unwrap();
+    let all = [&diff_ids[..], &diff_ids[1..]].concat();
+    image.config = native_config(&oci.commit, &diff_ids[0], &all);
 
     let mut env = Env::new();
     image.push(&env.registry, "pivot/native", "twice").unwrap();
     let proxy = pivot_testkit::FaultProxy::start(&env.registry.host()).unwrap();
-    env.set_registries_conf(&format!(
-        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
-        proxy.host()
-    ));
+    insecure_via(&mut env, &proxy);
     let out = env.pivot(&[&format!("{}/pivot/native:twice", proxy.host())]);
     assert_success(&out);
     let deployment = env.deployment(0);
-    assert_eq!(
-        std::fs::read(deployment.join("usr/share/twice/data")).unwrap(),
-        noise
-    );
+    assert_eq!(read(&deployment.join("usr/share/twice/data")), data);
     assert_fsck_clean(&env);
     // Downloaded once.
     assert_eq!(

@@ -47,6 +47,13 @@ fn free(dir: &Path) -> u64 {
     pivot::sysroot::space::free_bytes(dir).unwrap()
 }
 
+/// The sysroot repo's min-free-space reserve.
+fn reserve(env: &Env) -> u64 {
+    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
+    repo.open(ostree::gio::Cancellable::NONE).unwrap();
+    repo.min_free_space_bytes().unwrap()
+}
+
 /// Names and total size of what is in the repo's tmp/.
 fn tmp_contents(env: &Env) -> (Vec<String>, u64) {
     let tmp = env.sysroot.repo_path().join("tmp");
@@ -104,9 +111,7 @@ fn tight() -> Tight {
     let env = Env::new_in(tmpfs.path());
     let image = push_large_v2(&env);
     let layers = layers_size(&env, &image);
-    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
-    repo.open(ostree::gio::Cancellable::NONE).unwrap();
-    let reserve = repo.min_free_space_bytes().unwrap();
+    let reserve = reserve(&env);
     Tight {
         env,
         image,
@@ -211,9 +216,7 @@ fn running_out_of_space_mid_import_leaves_the_sysroot_as_it_was_and_frees_what_i
     );
     let image = env.push("v2-compressible", &ImageSpec::new(tree, "2"));
     let needs = estimate(layers_size(&env, &image));
-    let repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
-    repo.open(ostree::gio::Cancellable::NONE).unwrap();
-    let reserve = repo.min_free_space_bytes().unwrap();
+    let reserve = reserve(&env);
     fill(
         tmpfs.path(),
         needs.objects + needs.spools + reserve + 4 * MIB,
@@ -328,9 +331,7 @@ fn a_layer_the_image_carries_twice_needs_room_for_it_once() {
     };
     let image = RawImage::new(vec![layer.clone(), layer], Some(&repo.commit));
     let pushed = image.push(&env.registry, "pivot/os", "twice").unwrap();
-    let sysroot_repo = ostree::Repo::new_for_path(env.sysroot.repo_path());
-    sysroot_repo.open(ostree::gio::Cancellable::NONE).unwrap();
-    let reserve = sysroot_repo.min_free_space_bytes().unwrap();
+    let reserve = reserve(&env);
     let needs = |layers: &[pivot::sysroot::space::Layer]| {
         let needs = pivot::sysroot::space::repo_needs(layers, pivot::sysroot::space::EXPANSION);
         needs.objects + needs.spools + reserve
