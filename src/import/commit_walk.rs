@@ -4,15 +4,24 @@
 //! (about 20 MiB per GB). Every dirtree and the commit are structure-checked before their
 //! checksums are read.
 //!
+//! On a node the repo's trees are rarely in the page cache when an update comes (the last
+//! import was days ago), and reading them one by one waits for the disk once per directory: a
+//! 300 MB image's 2.3k dirtrees took 0.25 s that way, three times as long as the walk itself.
+//! So when a tree is read, the kernel is asked for its subdirectories' trees at once
+//! (`POSIX_FADV_WILLNEED`): their reads overlap, and the walk finds them cached (0.11 s).
+//!
 //! A large dirtree without subdirectories (the container store's object sets: every object of
 //! a layer in one flat tree, several MiB at 1 GB) is read from its object file in pieces
 //! ([`flat_files`]): loaded whole, libostree maps all of it at once, which raised pivot's peak
 //! memory by as much.
 
 use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
+use nix::fcntl::{openat, posix_fadvise, AtFlags, OFlag, PosixFadviseAdvice};
+use nix::sys::stat::Mode;
 use ostree::ObjectType;
 
 /// Dirtrees up to this size are loaded whole (libostree reads them into memory; larger ones
@@ -35,6 +44,7 @@ pub fn walk_commit(
         .with_context(|| format!("commit {commit} is malformed"))?;
     visit(ObjectType::Commit, commit)?;
     // (a{sv} aya(say) s s t ay ay): the root dirtree and dirmeta are the last two.
+    let objects = Objects::open(repo);
     let mut pending = vec![(
         ostree::checksum_from_bytes_v(&commit_v.child_value(6)),
         ostree::checksum_from_bytes_v(&commit_v.child_value(7)),
@@ -44,7 +54,7 @@ pub fn walk_commit(
         if !visit(ObjectType::DirTree, &tree)? {
             continue;
         }
-        if let Some(path) = large_object(repo, &tree)? {
+        if let Some(path) = objects.large_dirtree(&tree) {
             if flat_files(&path, |file| visit(ObjectType::File, file).map(drop))? {
                 continue;
             }
@@ -67,30 +77,50 @@ pub fn walk_commit(
         let dirs = dirtree.child_value(1);
         for i in 0..dirs.n_children() {
             let dir = dirs.child_value(i);
-            pending.push((
-                ostree::checksum_from_bytes_v(&dir.child_value(1)),
-                ostree::checksum_from_bytes_v(&dir.child_value(2)),
-            ));
+            let tree = ostree::checksum_from_bytes_v(&dir.child_value(1));
+            objects.read_ahead(&tree);
+            pending.push((tree, ostree::checksum_from_bytes_v(&dir.child_value(2))));
         }
     }
     Ok(())
 }
 
-/// The loose object file of dirtree `checksum` if it is larger than [`SMALL_DIRTREE`].
-fn large_object(repo: &ostree::Repo, checksum: &str) -> Result<Option<std::path::PathBuf>> {
-    use ostree::gio::prelude::FileExt;
-    let Some(repo_path) = repo.path().path() else {
-        return Ok(None);
-    };
-    let path = repo_path.join(format!(
-        "objects/{}/{}.dirtree",
-        &checksum[..2],
-        &checksum[2..]
-    ));
-    Ok(match std::fs::metadata(&path) {
-        Ok(meta) if meta.len() > SMALL_DIRTREE => Some(path),
-        _ => None,
-    })
+/// The repo's `objects/` directory, opened once for the walk; None where the repo has no local
+/// path (the walk then reads every dirtree through libostree, without reading ahead).
+struct Objects(Option<(std::fs::File, std::path::PathBuf)>);
+
+impl Objects {
+    fn open(repo: &ostree::Repo) -> Objects {
+        use ostree::gio::prelude::FileExt;
+        let dir = repo.path().path().map(|repo| repo.join("objects"));
+        Objects(dir.and_then(|dir| Some((std::fs::File::open(&dir).ok()?, dir))))
+    }
+
+    /// `objects/<xx>/<rest>.dirtree` of `checksum`.
+    fn dirtree(checksum: &str) -> String {
+        format!("{}/{}.dirtree", &checksum[..2], &checksum[2..])
+    }
+
+    /// The loose object file of dirtree `checksum` if it is larger than [`SMALL_DIRTREE`].
+    fn large_dirtree(&self, checksum: &str) -> Option<std::path::PathBuf> {
+        let (dir, path) = self.0.as_ref()?;
+        let name = Self::dirtree(checksum);
+        let stat = nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name.as_str(), AtFlags::empty());
+        (stat.ok()?.st_size as u64 > SMALL_DIRTREE).then(|| path.join(name))
+    }
+
+    /// Starts reading dirtree `checksum` into the page cache, if it is a loose object here (one
+    /// staged in the open transaction was just written, and is cached).
+    fn read_ahead(&self, checksum: &str) {
+        let Some((dir, _)) = &self.0 else { return };
+        let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+        let name = Self::dirtree(checksum);
+        let Ok(fd) = openat(Some(dir.as_raw_fd()), name.as_str(), flags, Mode::empty()) else {
+            return;
+        };
+        let _ = posix_fadvise(fd, 0, 0, PosixFadviseAdvice::POSIX_FADV_WILLNEED);
+        let _ = nix::unistd::close(fd);
+    }
 }
 
 /// Calls `visit` with the checksum of each file of the serialized dirtree at `path`, reading
@@ -237,15 +267,7 @@ mod tests {
             std::fs::write(tree.join(format!("f{i:04}")), format!("file {i}\n")).unwrap();
         }
         let repo_path = dir.path().join("repo");
-        let ostree = |args: &[&str]| {
-            let out = std::process::Command::new("ostree")
-                .args(args)
-                .arg(format!("--repo={}", repo_path.display()))
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{out:?}");
-            String::from_utf8(out.stdout).unwrap().trim().to_string()
-        };
+        let ostree = |args: &[&str]| crate::import::objects::tests::ostree_cli(&repo_path, args);
         ostree(&["init", "--mode=bare-user"]);
         let commit = ostree(&["commit", "--orphan", tree.to_str().unwrap()]);
         let repo = ostree::Repo::new_for_path(&repo_path);
@@ -257,7 +279,7 @@ mod tests {
                 ostree::checksum_from_bytes_v(&v.child_value(7)),
             )
         };
-        let path = large_object(&repo, &root).unwrap();
+        let path = Objects::open(&repo).large_dirtree(&root);
         assert!(
             path.is_some(),
             "the root dirtree is small: the test proves nothing"

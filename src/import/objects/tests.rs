@@ -86,6 +86,17 @@ pub(in crate::import) fn bare_repo_in_transaction(dir: &std::path::Path) -> ostr
     repo
 }
 
+/// Runs the `ostree` command on the repo at `repo` and returns its trimmed output.
+pub(in crate::import) fn ostree_cli(repo: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("ostree")
+        .args(args)
+        .arg(format!("--repo={}", repo.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 pub(in crate::import) fn has_file(repo: &ostree::Repo, checksum: &str) -> bool {
     repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)
         .unwrap()
