@@ -10,6 +10,7 @@
 
 mod adopt;
 mod checkpoint;
+mod complete;
 pub mod commit_walk;
 mod derived;
 pub mod gz;
@@ -49,6 +50,7 @@ use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
 use crate::fetch::blob_reader::Blob;
 pub use checkpoint::{spool_bound, Checkpoints, LayerCheckpoint};
 pub(crate) use adopt::adopt;
+pub use complete::{verify_complete, verify_complete_given, Present};
 pub use staging::remove_unheld_staging_dirs;
 
 const REPO_DIR: &str = "srv/repo/";
@@ -75,6 +77,9 @@ pub struct RepoImporter {
     /// The commit of this layer's ref in the store, once written
     /// ([`Self::write_layer_commit`]).
     pub layer_commit: Option<String>,
+    /// The content objects of this layer (after [`Self::absorb`], of all layers) that are in
+    /// the repo or staged: what [`Self::finish`] need not look up again ([`Present`]).
+    contents: Vec<[u8; 32]>,
     /// Threads writing a legacy layer's objects ([`writers`]).
     writer_threads: usize,
 }
@@ -95,6 +100,7 @@ impl RepoImporter {
             members: MemberCheck::default(),
             tally: Tally::default(),
             layer_commit: None,
+            contents: Vec::new(),
             writer_threads: 1,
         }
     }
@@ -202,6 +208,7 @@ impl RepoImporter {
             self.config = later.config;
         }
         self.refs.extend(later.refs);
+        self.contents.extend(later.contents);
         if later.derived_layer {
             self.tally.written += later.derived.objects_written;
             self.derived.absorb(later.derived);
@@ -397,27 +404,45 @@ impl RepoImporter {
     /// Writes what [`crate::import::store`] keeps of this layer of an ostree-native image and returns
     /// the commit for its layer ref: a component layer's object set (the content objects it
     /// carried), or a derived layer's own commit. None for the commit layer (its ref is the
-    /// image's commit, known once all layers are in) and for legacy layers.
+    /// image's commit, known once all layers are in) and for legacy layers. Keeps the layer's
+    /// content objects as present (see [`Self::finish`]).
     pub fn write_layer_commit(&mut self, commit_layer: bool) -> Result<Option<String>> {
-        if self.format != Format::Native || commit_layer {
+        if self.format != Format::Native {
             return Ok(None);
         }
         if self.derived_layer {
             return self.derived.write_layer_commit(&self.repo).map(Some);
         }
-        let names = self
-            .native
-            .tally
-            .names
-            .as_deref_mut()
-            .context("the layer's objects were not recorded")?;
+        let names = match (self.native.tally.names.as_deref_mut(), commit_layer) {
+            (Some(names), _) => names,
+            // The commit layer's objects are then looked up when the import finishes.
+            (None, true) => return Ok(None),
+            (None, false) => bail!("the layer's objects were not recorded"),
+        };
         // Content objects first, in checksum order (the record keeps no order).
         names.sort_unstable_by_key(|k| (k.kind() != ObjectType::File, k.sha256()));
-        let content = names
+        self.contents = names
             .iter()
             .take_while(|k| k.kind() == ObjectType::File)
-            .map(ObjectKey::sha256_ref);
-        crate::import::store::write_object_set(&self.repo, content).map(Some)
+            .map(ObjectKey::sha256)
+            .collect();
+        if commit_layer {
+            return Ok(None);
+        }
+        crate::import::store::write_object_set(&self.repo, self.contents.iter()).map(Some)
+    }
+
+    /// Takes the content objects of `commit`, the object set of a layer the store holds whole,
+    /// as present (see [`Self::finish`]).
+    pub fn take_stored(&mut self, commit: &str) -> Result<()> {
+        commit_walk::walk_commit(&self.repo, commit, |kind, checksum| {
+            if kind == ObjectType::File {
+                let key = ObjectKey::new(kind, checksum).context("not a checksum")?;
+                self.contents.push(key.sha256());
+            }
+            Ok(true)
+        })
+        .with_context(|| format!("reading the object set {commit}"))
     }
 
     /// A derived layer's entries dropped on import, by top-level directory.
@@ -427,7 +452,8 @@ impl RepoImporter {
 
     /// Picks the image's commit (the label's, else the repo's single ref) and checks that every
     /// object it reaches is now in the repo; for an image with derived layers, also writes the
-    /// tree with them applied (checked the same way).
+    /// tree with them applied (checked the same way). The content objects the layers brought,
+    /// and those of the stored layers taken ([`Self::take_stored`]), are not looked up again.
     pub fn finish(self, os: &OsImage) -> Result<Finished> {
         let commit_label = os.commit_label.as_deref();
         if self.format == Format::Native {
@@ -440,7 +466,8 @@ impl RepoImporter {
                 "commit {commit} (label {}) is not in the image's layers",
                 crate::fetch::image::NATIVE_COMMIT_LABEL
             );
-            verify_complete(&self.repo, commit)?;
+            let present = Present::new(self.contents);
+            verify_complete_given(&self.repo, commit, &present)?;
             let derived = if self.derived.is_empty() {
                 None
             } else {
@@ -449,6 +476,7 @@ impl RepoImporter {
             return Ok(Finished {
                 commit: commit.to_string(),
                 derived,
+                present,
             });
         }
         let Some(config) = &self.config else {
@@ -485,6 +513,7 @@ impl RepoImporter {
         Ok(Finished {
             commit,
             derived: None,
+            present: Present::default(),
         })
     }
 }
@@ -496,6 +525,9 @@ pub struct Finished {
     pub commit: String,
     /// For an ostree-native image with derived layers: the tree with them applied (complete).
     pub derived: Option<ostree::RepoFile>,
+    /// The content objects the import vouches for, to check the tree with the derived layers
+    /// applied against ([`verify_complete_given`]).
+    pub present: Present,
 }
 
 /// What the import of one layer left for the rest of its run: saved beside the download spools
@@ -532,23 +564,6 @@ impl ImportedLayer<'_> {
             objects: Cow::Borrowed(tally.names.as_deref()?),
         })
     }
-}
-
-/// Every object reachable from `commit` must be present before the commit may be deployed.
-pub fn verify_complete(repo: &ostree::Repo, commit: &str) -> Result<()> {
-    let mut seen = std::collections::HashSet::new();
-    crate::import::commit_walk::walk_commit(repo, commit, |kind, checksum| {
-        match kind {
-            ObjectType::DirTree => return Ok(seen.insert(checksum.to_string())),
-            ObjectType::DirMeta | ObjectType::File => {}
-            _ => return Ok(true),
-        }
-        if !repo.has_object(kind, checksum, gio::Cancellable::NONE)? {
-            let name = ostree::object_type_to_string(kind);
-            bail!("commit {commit} is incomplete: {name} object {checksum} is missing");
-        }
-        Ok(true)
-    })
 }
 
 /// A small text file of the repo (its config, a ref): at most [`MAX_TEXT`] bytes of UTF-8

@@ -231,13 +231,14 @@ impl Job {
 
     /// Writes the store's refs and the merge commit of an ostree-native image into the open
     /// transaction: each layer's ref (layer 0 on `base`, the others on `layer_commits`), the
-    /// merge commit on `derived` (the tree with the derived layers applied) or `base`'s tree,
-    /// and the image's ref on it. Returns the merge commit.
+    /// merge commit on `derived` (the tree with the derived layers applied, checked complete
+    /// given what the import vouches for) or `base`'s tree, and the image's ref on it. Returns
+    /// the merge commit.
     fn write_store(
         &self,
         repo: &ostree::Repo,
         base: &str,
-        derived: Option<&ostree::RepoFile>,
+        derived: Option<(&ostree::RepoFile, &import::Present)>,
         layer_commits: &[(String, String)],
         filtered: &store::Filtered,
     ) -> Result<String> {
@@ -248,13 +249,13 @@ impl Job {
             repo.transaction_set_ref(None, &store::layer_ref(digest)?, Some(commit));
         }
         let root = match derived {
-            Some(root) => root.clone(),
+            Some((root, _)) => root.clone(),
             None => store::commit_root(repo, base)?,
         };
         let merge =
             store::write_merge_commit(repo, &root, &store::ImageMeta::of(&self.os), filtered)?;
-        if derived.is_some() {
-            import::verify_complete(repo, &merge)?;
+        if let Some((_, present)) = derived {
+            import::verify_complete_given(repo, &merge, present)?;
         }
         repo.transaction_set_ref(None, &store::image_ref(&self.store_image())?, Some(&merge));
         Ok(merge)
@@ -368,8 +369,13 @@ impl Job {
         let mut commits = vec![finished.commit.clone()];
         if self.os.format == Format::Native {
             let derived = finished.derived.as_ref();
-            let merge =
-                self.write_store(repo, &finished.commit, derived, &layer_commits, &filtered)?;
+            let merge = self.write_store(
+                repo,
+                &finished.commit,
+                derived.map(|d| (d, &finished.present)),
+                &layer_commits,
+                &filtered,
+            )?;
             commits.insert(0, merge);
         }
         // The kernel arguments the image ships are read again when it is deployed; an image

@@ -27,7 +27,11 @@ impl Job {
                 i + 1
             );
             self.progress.present(i, layer.descriptor.size.max(0) as u64);
-            return Ok(RepoImporter::new(repo.clone(), self.os.format, false));
+            let mut importer = RepoImporter::new(repo.clone(), self.os.format, false);
+            if let Err(e) = importer.take_stored(commit) {
+                tracing::warn!("{e:#}: its objects are looked up in the repo instead");
+            }
+            return Ok(importer);
         }
         if let Some(record) = spools.imported(digest) {
             match RepoImporter::from_record(repo.clone(), self.os.format, record) {

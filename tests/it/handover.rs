@@ -449,6 +449,61 @@ fn a_node_ostree_rs_ext_deployed_is_at_target_for_pivot_and_its_layers_are_reuse
     assert_fsck_clean(&env);
 }
 
+/// A layer the store holds but no longer whole (an object of its set deleted, as a damaged disk
+/// or a hand-run prune leaves it) vouches for nothing: the update fetches that layer again, along
+/// with the changed ones, and deploys the whole tree.
+#[test]
+fn a_stored_layer_that_lost_an_object_is_fetched_again_by_the_update() {
+    let Versions {
+        v2,
+        v3,
+        mut changed,
+        env,
+        host,
+        _work,
+        ..
+    } = chunked_v2_and_v3();
+    assert_success(&env.pivot(&[&format!("{host}/pivot/native:v2")]));
+
+    // A component layer v3 shares with v2, and one content object of its set.
+    let repo = env.sysroot.repo_path();
+    let shared = v3.layers()[1..]
+        .iter()
+        .find(|l| !changed.contains(*l) && v2.layers().contains(l))
+        .expect("a component layer v2 and v3 share")
+        .clone();
+    let (_, set) = layer_refs(&repo)
+        .into_iter()
+        .find(|(name, _)| name.ends_with(&shared.replace(':', "_3A_")))
+        .expect("the shared layer's ref");
+    let ls = Command::new("ostree")
+        .arg(format!("--repo={}", repo.display()))
+        .args(["ls", "--nul-filenames-only", &set, "/"])
+        .output()
+        .unwrap();
+    assert!(ls.status.success(), "{ls:?}");
+    let object = ls
+        .stdout
+        .split(|b| *b == 0)
+        .map(|name| {
+            String::from_utf8_lossy(name)
+                .trim_start_matches('/')
+                .to_string()
+        })
+        .find(|name| name.len() == 64)
+        .expect("a content object in the layer's set");
+    std::fs::remove_file(repo.join(format!("objects/{}/{}.file", &object[..2], &object[2..])))
+        .unwrap();
+
+    changed.insert(shared);
+    pivot_fetching_only(&env, &v3, &changed);
+    assert_eq!(
+        read(&env.deployment(0).join("usr/share/pivot/v3-marker")),
+        "v3\n"
+    );
+    assert_fsck_clean(&env);
+}
+
 #[test]
 fn derived_and_layout_images_hand_over() {
     let work = tempfile::tempdir().unwrap();

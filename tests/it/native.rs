@@ -318,44 +318,78 @@ fn encapsulated_layer(oci: &OciDirs) -> RawTar {
     raw
 }
 
-#[test]
-fn a_native_object_whose_content_does_not_match_its_name_is_refused() {
-    let oci = encapsulate_v2();
-    let mut layer = encapsulated_layer(&oci);
-    // The content object of usr/share/pivot/v2-marker ("v2\n"), given other bytes of that size.
+/// The member of `layer` holding the content object of usr/share/pivot/v2-marker ("v2\n", which
+/// the node does not have), and that object's checksum.
+fn v2_marker_object(layer: &RawTar) -> (Vec<u8>, String) {
     let object = layer
         .entries
-        .iter_mut()
+        .iter()
         .find(|e| {
             e.name.starts_with(b"sysroot/ostree/repo/objects/")
                 && e.name.ends_with(b".file")
                 && matches!(&e.kind, RawKind::File(d) if d == b"v2\n")
         })
         .expect("the v2-marker object");
-    object.kind = RawKind::File(b"v3\n".to_vec());
     let name = String::from_utf8_lossy(&object.name).into_owned();
     let checksum = name
         .trim_start_matches("sysroot/ostree/repo/objects/")
         .trim_end_matches(".file")
         .replace('/', "");
+    (object.name.clone(), checksum)
+}
 
-    let env = Env::new();
-    let mut image = RawImage::new(
-        vec![RawLayer::new(&layer, Compression::Gzip).unwrap()],
-        None,
-    );
+/// Pushes `layer` as an ostree-native image of `oci`'s commit with that one layer, as `tag`.
+fn push_encapsulated(env: &Env, oci: &OciDirs, layer: &RawTar, tag: &str) -> String {
+    let mut image = RawImage::new(vec![RawLayer::new(layer, Compression::Gzip).unwrap()], None);
     image.config = RawImage::config_with_labels(serde_json::json!({
         "ostree.commit": oci.commit,
         "containers.bootc": "1",
     }));
-    let pushed = image
-        .push(&env.registry, "pivot/native", "corrupt")
-        .unwrap();
+    image
+        .push(&env.registry, "pivot/native", tag)
+        .unwrap()
+        .by_tag
+}
+
+#[test]
+fn a_native_object_whose_content_does_not_match_its_name_is_refused() {
+    let oci = encapsulate_v2();
+    let mut layer = encapsulated_layer(&oci);
+    let (object, checksum) = v2_marker_object(&layer);
+    let entry = layer.entries.iter_mut().find(|e| e.name == object).unwrap();
+    entry.kind = RawKind::File(b"v3\n".to_vec());
+
+    let env = Env::new();
+    let image = push_encapsulated(&env, &oci, &layer, "corrupt");
     assert_refused(
         &env,
-        &[&pushed.by_tag],
+        &[&image],
         &[&checksum, "its content does not match its name"],
     );
+}
+
+/// A content object the commit names that no layer carries: pivot does not look up again what
+/// its layers brought, but it still finds this one missing, and deploys nothing.
+#[test]
+fn a_native_image_whose_layers_lack_an_object_of_its_commit_is_refused_naming_it() {
+    let oci = encapsulate_v2();
+    let mut layer = encapsulated_layer(&oci);
+    // The object goes with the link to its xattrs before it and the tree's hard links to it.
+    let (object, checksum) = v2_marker_object(&layer);
+    let xattrs_link = [&object[..], b"-xattrs-link"].concat();
+    layer.entries.retain(|e| {
+        e.name != object
+            && e.name != xattrs_link
+            && !matches!(&e.kind, RawKind::HardLink(l) if l.as_bytes() == object)
+    });
+
+    let env = Env::new();
+    let image = push_encapsulated(&env, &oci, &layer, "incomplete");
+    let expected = format!(
+        "commit {} is incomplete: file object {checksum} is missing",
+        oci.commit
+    );
+    assert_refused(&env, &[&image], &[&expected]);
 }
 
 /// The config of an ostree-native image of `commit` whose layers have `diff_ids`, its own ending
