@@ -433,16 +433,19 @@ impl RepoImporter {
     }
 
     /// Takes the content objects of `commit`, the object set of a layer the store holds whole,
-    /// as present (see [`Self::finish`]).
+    /// as present (see [`Self::finish`]); none of them if the set cannot be read whole.
     pub fn take_stored(&mut self, commit: &str) -> Result<()> {
-        commit_walk::walk_commit(&self.repo, commit, |kind, checksum| {
+        let before = self.contents.len();
+        let walked = commit_walk::walk_commit(&self.repo, commit, |kind, checksum| {
             if kind == ObjectType::File {
-                let key = ObjectKey::new(kind, checksum).context("not a checksum")?;
-                self.contents.push(key.sha256());
+                self.contents.push(ObjectKey::parse(kind, checksum)?.sha256());
             }
             Ok(true)
-        })
-        .with_context(|| format!("reading the object set {commit}"))
+        });
+        if walked.is_err() {
+            self.contents.truncate(before);
+        }
+        walked.with_context(|| format!("reading the object set {commit}"))
     }
 
     /// A derived layer's entries dropped on import, by top-level directory.

@@ -84,6 +84,11 @@ impl ObjectKey {
         Some(key)
     }
 
+    /// [`Self::new`], with an error naming `checksum` when it is not one.
+    pub fn parse(kind: ObjectType, checksum: &str) -> Result<ObjectKey> {
+        Self::new(kind, checksum).with_context(|| format!("{checksum:?} is not a checksum"))
+    }
+
     pub fn kind(&self) -> ObjectType {
         KINDS[self.kind as usize]
     }

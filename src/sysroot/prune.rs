@@ -64,9 +64,9 @@ pub fn prune(sysroot: &ostree::Sysroot, repo: &ostree::Repo) -> Result<Pruned> {
         if !repo.has_object(ObjectType::Commit, commit, gio::Cancellable::NONE)? {
             continue; // A ref to a commit that is not here reaches nothing here.
         }
-        reachable.insert(key(ObjectType::CommitMeta, commit)?);
+        reachable.insert(ObjectKey::parse(ObjectType::CommitMeta, commit)?);
         walk_commit(repo, commit, |kind, checksum| {
-            Ok(reachable.insert(key(kind, checksum)?))
+            Ok(reachable.insert(ObjectKey::parse(kind, checksum)?))
         })
         .with_context(|| format!("reading what commit {commit} reaches"))?;
     }
@@ -107,8 +107,10 @@ fn sweep(
             let Some((checksum, kind)) = object_file(prefix, name) else {
                 continue;
             };
-            if (kind == ObjectType::Commit) != commits || reachable.contains(&key(kind, &checksum)?)
-            {
+            if (kind == ObjectType::Commit) != commits {
+                continue;
+            }
+            if reachable.contains(&ObjectKey::parse(kind, &checksum)?) {
                 continue;
             }
             // Gone already: the detached metadata of a commit deleted before it.
@@ -127,11 +129,6 @@ fn sweep(
         }
     }
     Ok(())
-}
-
-/// An object's key: a tenth of what a GLib object name costs.
-fn key(kind: ObjectType, checksum: &str) -> Result<ObjectKey> {
-    ObjectKey::new(kind, checksum).with_context(|| format!("{checksum:?} is not a checksum"))
 }
 
 /// The object file `name` in `objects/<prefix>/` → its checksum and type; None for anything
@@ -212,10 +209,10 @@ mod tests {
     #[test]
     fn keys_are_the_binary_checksum() {
         let checksum = format!("{}ff", "0".repeat(62));
-        let file = key(ObjectType::File, &checksum).unwrap();
+        let file = ObjectKey::parse(ObjectType::File, &checksum).unwrap();
         assert_eq!(file.kind(), ObjectType::File);
         assert_eq!(file.checksum(), checksum);
-        assert!(key(ObjectType::File, "abc").is_err());
-        assert!(key(ObjectType::File, &"z".repeat(64)).is_err());
+        assert!(ObjectKey::parse(ObjectType::File, "abc").is_err());
+        assert!(ObjectKey::parse(ObjectType::File, &"z".repeat(64)).is_err());
     }
 }
