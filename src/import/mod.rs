@@ -43,6 +43,7 @@ pub const PARALLEL_LAYERS: usize = 2;
 use checkpoint::{Tracker, Waiting, MAX_WAITING_MEMBERS, POINT_SPAN, WAITING_CHECKPOINTS};
 use member::{Member, MemberCheck};
 pub(crate) use objects::{object_name, object_type, ObjectKey};
+pub use objects::Staging;
 use objects::{Tally, IN_MEMORY_OBJECT};
 use writers::Writers;
 use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
@@ -108,6 +109,12 @@ impl RepoImporter {
     /// Writes a legacy layer's objects on `threads` threads (see [`writers`]).
     pub fn write_with(&mut self, threads: usize) {
         self.writer_threads = threads.max(1);
+    }
+
+    /// Writes a native layer's regular files into `staging` without libostree (see
+    /// [`Staging`]); with None, libostree writes them.
+    pub fn stage_into(&mut self, staging: Option<std::sync::Arc<Staging>>) {
+        self.native.staging = staging;
     }
 
     /// Keeps the names of the objects the layer brings, for [`Self::record`].

@@ -47,6 +47,8 @@ pub(super) struct NativeLayer {
     /// The `.file-xattrs-link` just read: (content object checksum, xattrs checksum).
     pending: Option<(String, String)>,
     pub tally: Tally,
+    /// Where regular files are written without libostree ([`objects::Staging`]), if anywhere.
+    pub staging: Option<std::sync::Arc<objects::Staging>>,
 }
 
 impl NativeLayer {
@@ -191,7 +193,8 @@ impl NativeLayer {
                     "content object {checksum} follows the xattrs of {file}"
                 );
                 let xattrs = self.xattrs[&xattrs_checksum].clone();
-                let outcome = write_content(repo, &checksum, kind, link, &xattrs, entry)?;
+                let staging = self.staging.as_deref();
+                let outcome = write_content(repo, staging, &checksum, kind, link, &xattrs, entry)?;
                 self.tally.count(&checksum, ext, outcome);
             }
             "commit" | "commitmeta" | "dirtree" | "dirmeta" => {
@@ -240,6 +243,7 @@ fn xattrs_variant(data: Vec<u8>) -> glib::Variant {
 /// the name before the object lands (see [`objects::write_raw`]).
 fn write_content(
     repo: &ostree::Repo,
+    staging: Option<&objects::Staging>,
     checksum: &str,
     kind: EntryType,
     link: Option<&[u8]>,
@@ -263,7 +267,7 @@ fn write_content(
     };
     let size = if symlink.is_some() { 0 } else { entry.size() };
     objects::write_raw(
-        repo,
+        (repo, staging),
         checksum,
         (uid, gid, mode),
         symlink,

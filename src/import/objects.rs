@@ -14,7 +14,9 @@ use ostree::ObjectType;
 
 use crate::fetch::image::is_checksum;
 
+mod bare;
 mod filez;
+pub use bare::Staging;
 pub(super) use filez::write_raw;
 
 /// Objects up to this size are written from memory (on the writer threads: see

@@ -5,6 +5,7 @@
 use std::collections::hash_map::{Entry, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use ostree::gio;
@@ -332,6 +333,11 @@ impl Job {
             .auto_transaction(gio::Cancellable::NONE)
             .context("starting a repo transaction")?;
         self.adopt(repo, spools);
+        // A native layer's regular files are written without libostree where it can be.
+        let staging = match self.os.format {
+            Format::Native => import::Staging::of_transaction(repo),
+            Format::Legacy => None,
+        };
         self.progress.step(Step::Importing);
         let sizes: Vec<(String, u64)> = self
             .os
@@ -349,7 +355,7 @@ impl Job {
             .os
             .layers
             .iter()
-            .zip(self.import_each_layer(repo, spools)?)
+            .zip(self.import_each_layer(repo, spools, staging.as_ref())?)
         {
             let digest = &layer.descriptor.digest;
             if let Some(commit) = &imported.layer_commit {
@@ -436,7 +442,12 @@ impl Job {
     /// layer started last leaves one core alone with it. ostree-rs-ext's chunking orders layers
     /// by its packing, not by size: in the bench's 65-layer image, the second-largest layer
     /// (a tenth of the bytes) is the second-to-last.
-    fn import_each_layer(&self, repo: &ostree::Repo, spools: &Spools) -> Result<Vec<RepoImporter>> {
+    fn import_each_layer(
+        &self,
+        repo: &ostree::Repo,
+        spools: &Spools,
+        staging: Option<&Arc<import::Staging>>,
+    ) -> Result<Vec<RepoImporter>> {
         let count = self.os.layers.len();
         let order = largest_first(&self.os.layers);
         let order = &order;
@@ -455,7 +466,7 @@ impl Job {
                                 if failed.load(Ordering::Relaxed) {
                                     return done;
                                 }
-                                let imported = self.import_layer(&repo, spools, i);
+                                let imported = self.import_layer(&repo, spools, staging, i);
                                 failed.fetch_or(imported.is_err(), Ordering::Relaxed);
                                 done.push((i, imported));
                             }

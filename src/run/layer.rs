@@ -8,10 +8,17 @@ use crate::fetch::blob_reader::{BlobReader, Resume};
 use crate::fetch::image::Format;
 use crate::fetch::spools::Spools;
 use crate::import::gz::InflatePoint;
-use crate::import::{Checkpoints, LayerCheckpoint, RepoImporter};
+use crate::import::{Checkpoints, LayerCheckpoint, RepoImporter, Staging};
+use std::sync::Arc;
 
 impl Job {
-    pub(super) fn import_layer(&self, repo: &ostree::Repo, spools: &Spools, i: usize) -> Result<RepoImporter> {
+    pub(super) fn import_layer(
+        &self,
+        repo: &ostree::Repo,
+        spools: &Spools,
+        staging: Option<&Arc<Staging>>,
+        i: usize,
+    ) -> Result<RepoImporter> {
         let layer = &self.os.layers[i];
         let digest = &layer.descriptor.digest;
         let context = || format!("fetching layer {}/{} {digest}", i + 1, self.os.layers.len());
@@ -102,6 +109,7 @@ impl Job {
             }
         };
         importer.write_with(self.writers_per_layer());
+        importer.stage_into(staging.cloned());
         let size = layer.descriptor.size.max(0) as u64;
         let mut save =
             |checkpoint: &LayerCheckpoint<'_>| spools.save_checkpoint(digest, checkpoint);

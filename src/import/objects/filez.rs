@@ -39,6 +39,7 @@ use ostree::glib::translate::{from_glib_full, ToGlibPtr};
 use sha2::{Digest, Sha256};
 
 use super::super::stream::{fill, ChunkReader, STREAM_CHUNK};
+use super::bare::Staging;
 use super::matches_name;
 
 /// The largest content stream that is inflated whole in memory and hashed before libostree sees
@@ -170,9 +171,10 @@ impl<C: Read> ContentStream<C> {
 /// Writes the content object `checksum` of an ostree-native layer: a regular file of `size`
 /// bytes read from `content` or, with `symlink`, a symlink to it; owned by `uid`:`gid` with the
 /// permission bits of `mode` and `xattrs`. Its stream is checked against the name before the
-/// object can land, as an archived one's; returns the checksum.
+/// object can land, as an archived one's; returns the checksum. A regular file held in memory
+/// is written into `staging` when there is one, without libostree.
 pub(in crate::import) fn write_raw(
-    repo: &ostree::Repo,
+    (repo, staging): (&ostree::Repo, Option<&Staging>),
     checksum: &str,
     (uid, gid, mode): (u32, u32, u32),
     symlink: Option<&str>,
@@ -201,10 +203,20 @@ pub(in crate::import) fn write_raw(
     let content = symlink.is_none().then_some(content);
     let stream = ContentStream::new(&info, Some(xattrs), content).context("writing file object")?;
     let length = stream.length;
-    if length <= IN_MEMORY_STREAM {
-        write_in_memory(repo, checksum, Source::Raw, stream, length)
-    } else {
-        write_streamed(repo, checksum, Source::Raw, stream, length)
+    match staging {
+        // A regular file pivot writes itself (see `super::bare`).
+        Some(staging) if symlink.is_none() && length <= IN_MEMORY_STREAM => {
+            let header = stream.header.get_ref().len();
+            let bytes = read_checked(checksum, Source::Raw, stream, length)?;
+            staging
+                .write_file(checksum, (uid, gid, mode), xattrs, &bytes[header..])
+                .context("writing file object")?;
+            Ok(checksum.to_string())
+        }
+        _ if length <= IN_MEMORY_STREAM => {
+            write_in_memory(repo, checksum, Source::Raw, stream, length)
+        }
+        _ => write_streamed(repo, checksum, Source::Raw, stream, length),
     }
 }
 
@@ -253,9 +265,23 @@ fn write_in_memory(
     repo: &ostree::Repo,
     checksum: &str,
     source: Source,
-    mut stream: impl Read,
+    stream: impl Read,
     length: u64,
 ) -> Result<String> {
+    let bytes = read_checked(checksum, source, stream, length)?;
+    let verified = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(bytes));
+    repo.write_content_trusted(checksum, &verified, length, gio::Cancellable::NONE)
+        .context("writing file object")?;
+    Ok(checksum.to_string())
+}
+
+/// The content stream of `length` bytes read whole, once it hashes to `checksum`.
+fn read_checked(
+    checksum: &str,
+    source: Source,
+    mut stream: impl Read,
+    length: u64,
+) -> Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(length as usize);
     (&mut stream)
         .take(length)
@@ -264,10 +290,7 @@ fn write_in_memory(
     ends_early(checksum, source, bytes.len() as u64, length)?;
     let actual = hex::encode(Sha256::digest(&bytes));
     matches_name(checksum, source.ext(), &actual)?;
-    let verified = gio::MemoryInputStream::from_bytes(&glib::Bytes::from_owned(bytes));
-    repo.write_content_trusted(checksum, &verified, length, gio::Cancellable::NONE)
-        .context("writing file object")?;
-    Ok(actual)
+    Ok(bytes)
 }
 
 fn write_streamed(
