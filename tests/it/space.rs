@@ -76,6 +76,36 @@ fn tmp_contents(env: &Env) -> (Vec<String>, u64) {
     (names, size)
 }
 
+/// The sysroot, the repo's tmp/ and the free space of `dir` before a pivot that fails.
+struct Before {
+    snapshot: String,
+    tmp: (Vec<String>, u64),
+    free: u64,
+}
+
+impl Before {
+    fn take(env: &Env, dir: &Path) -> Before {
+        Before {
+            snapshot: env.sysroot.snapshot().unwrap(),
+            tmp: tmp_contents(env),
+            free: free(dir),
+        }
+    }
+
+    /// The sysroot as it was, fsck clean, and what the pivot wrote freed: the state file
+    /// recording the failure is all that may remain.
+    fn assert_unchanged(&self, env: &Env, dir: &Path) {
+        assert_eq!(env.sysroot.snapshot().unwrap(), self.snapshot);
+        assert_fsck_clean(env);
+        assert_eq!(tmp_contents(env), self.tmp, "the repo's tmp/ changed");
+        let (before, after) = (self.free, free(dir));
+        assert!(
+            after + 64 * 1024 >= before,
+            "{before} bytes free before, {after} after"
+        );
+    }
+}
+
 /// The `<n> <unit>` after `prefix` in `text`, in bytes.
 fn figure_after(text: &str, prefix: &str) -> u64 {
     let at = text
@@ -221,9 +251,7 @@ fn running_out_of_space_mid_import_leaves_the_sysroot_as_it_was_and_frees_what_i
         tmpfs.path(),
         needs.objects + needs.spools + reserve + 4 * MIB,
     );
-    let before = env.sysroot.snapshot().unwrap();
-    let tmp_before = tmp_contents(&env);
-    let free_before = free(tmpfs.path());
+    let before = Before::take(&env, tmpfs.path());
 
     let out = env.pivot(&[&image.by_tag]);
     let err = stderr(&out);
@@ -238,15 +266,63 @@ fn running_out_of_space_mid_import_leaves_the_sysroot_as_it_was_and_frees_what_i
     );
     assert!(err.contains("fetching layer 1/1"), "{err}");
 
-    assert_eq!(env.sysroot.snapshot().unwrap(), before);
-    assert_fsck_clean(&env);
-    assert_eq!(tmp_contents(&env), tmp_before, "the repo's tmp/ changed");
-    let free_after = free(tmpfs.path());
-    // The state file recording the failure is all that may remain.
-    assert!(
-        free_after + 64 * 1024 >= free_before,
-        "{free_before} bytes free before, {free_after} after"
+    before.assert_unchanged(&env, tmpfs.path());
+}
+
+/// The same for an ostree-native image, whose files pivot writes itself (not libostree): the
+/// repo's min-free-space reserve stops the import as libostree's would, and without a reserve
+/// the disk does; either way nothing of the image stays.
+#[test]
+fn running_out_of_space_mid_import_of_a_native_image_leaves_the_sysroot_as_it_was() {
+    native_out_of_space(
+        None,
+        "writing file object: min-free-space-percent '3%' would be exceeded",
     );
+    native_out_of_space(
+        Some("0"),
+        "writing file object: writing the file: No space left on device",
+    );
+}
+
+/// A native image of far more objects than the room left, pivoted with the repo's
+/// `core.min-free-space-percent` set to `percent` (else libostree's default); `expected` is
+/// the error.
+fn native_out_of_space(percent: Option<&str>, expected: &str) {
+    let tmpfs = Tmpfs::mount(64 * MIB).unwrap();
+    let env = Env::new_in(tmpfs.path());
+    if let Some(percent) = percent {
+        let repo = format!("--repo={}", env.sysroot.repo_path().display());
+        let set = [
+            "config",
+            &repo,
+            "set",
+            "core.min-free-space-percent",
+            percent,
+        ];
+        assert!(std::process::Command::new("ostree")
+            .args(set)
+            .status()
+            .unwrap()
+            .success());
+    }
+    // 24 files of 1.6 MiB of text that compresses a thousandfold, each written by pivot itself
+    // (up to 2 MiB): far more than the pre-flight check's estimate of three times the layers.
+    let mut tree = fixture("os-v2");
+    for i in 0..24 {
+        let text = format!("pivot fills the disk {i}\n").repeat(70_000);
+        tree = tree.with_file(&format!("usr/share/pivot/payload-{i}"), 0o644, &text);
+    }
+    let oci = crate::native::encapsulate_signed(&tree, false, Some("chunked"), None);
+    let image = crate::native::push_native_images(&env, &oci).pullspec(&env, "chunked");
+    fill(tmpfs.path(), 12 * MIB + reserve(&env));
+    let before = Before::take(&env, tmpfs.path());
+
+    let out = env.pivot(&[&image]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(expected), "{err}");
+
+    before.assert_unchanged(&env, tmpfs.path());
 }
 
 #[test]
