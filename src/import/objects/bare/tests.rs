@@ -89,11 +89,18 @@ fn a_file_written_without_libostree_is_the_object_libostree_writes() {
     let content = b"#!/bin/sh\necho pivot\n".repeat(300);
     let checksum = write_with_libostree(&by_libostree, &content);
 
+    // Another transaction's staging directory (another program's, or an earlier boot's) is not
+    // this one's.
+    let tmp = b.path().join("bare/tmp");
+    std::fs::create_dir(tmp.join("staging-0123-elsewhere")).unwrap();
+    std::fs::write(tmp.join("staging-0123-elsewhere-lock"), "").unwrap();
     let staging = Staging::of_transaction(&by_pivot).expect("the transaction's staging directory");
     staging
         .write_file(&checksum, OWNER, &xattrs(), &content)
         .unwrap();
-    assert!(has_file(&by_pivot, &checksum), "not staged");
+    assert!(has_file(&by_pivot, &checksum), "not staged in the transaction's directory");
+    let elsewhere = std::fs::read_dir(tmp.join("staging-0123-elsewhere")).unwrap();
+    assert_eq!(elsewhere.count(), 0);
     staging
         .write_file(&checksum, OWNER, &xattrs(), &content)
         .unwrap();
