@@ -22,7 +22,8 @@
 //! An ostree-native layer's content object ([`write_raw`]) takes the same path: its header is
 //! built from the tar member's owner, mode and the layer's xattrs, its content is the member's
 //! bytes as they are. There libostree's own check hashed every byte with GLib's SHA-256 again,
-//! a tenth of a native import's CPU time.
+//! a tenth of a native import's CPU time. A native regular file held in memory is then written
+//! by pivot itself where it can be, not by libostree ([`super::bare`]).
 // unsafe: libostree calls the Rust bindings do not offer.
 #![allow(unsafe_code)]
 
