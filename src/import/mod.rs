@@ -18,6 +18,7 @@ mod member;
 pub(crate) mod memory;
 mod native;
 mod objects;
+mod record;
 mod selinux;
 pub mod staging;
 pub mod store;
@@ -44,6 +45,7 @@ use checkpoint::{Tracker, Waiting, MAX_WAITING_MEMBERS, POINT_SPAN, WAITING_CHEC
 use member::{Member, MemberCheck};
 pub(crate) use objects::{object_name, object_type, ObjectKey};
 pub use objects::Staging;
+pub use record::ImportedLayer;
 use objects::{Tally, IN_MEMORY_OBJECT};
 use writers::Writers;
 use stream::{decompress, ChunkReader, Start, DECOMPRESSED_AHEAD};
@@ -538,42 +540,6 @@ pub struct Finished {
     /// The content objects the import vouches for, to check the tree with the derived layers
     /// applied against ([`verify_complete_given`]).
     pub present: Present,
-}
-
-/// What the import of one layer left for the rest of its run: saved beside the download spools
-/// once the layer is imported (its objects staged in the open transaction), so that a run killed
-/// before the transaction committed need not fetch that layer again.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct ImportedLayer<'a> {
-    format: String,
-    config: Cow<'a, Option<String>>,
-    refs: Cow<'a, BTreeMap<String, String>>,
-    members: Cow<'a, MemberCheck>,
-    written: u64,
-    skipped: u64,
-    /// The objects the layer brought, written or skipped (as loose names, `<checksum>.<type>`).
-    objects: Cow<'a, [ObjectKey]>,
-}
-
-impl ImportedLayer<'_> {
-    /// The objects the layer brought (so far, in a checkpoint).
-    pub(crate) fn objects(&self) -> &[ObjectKey] {
-        &self.objects
-    }
-
-    /// The record of a native layer's import so far: only its objects (it has no repo config,
-    /// refs or members outside the repo to keep). None without recorded object names.
-    fn native(tally: &Tally) -> Option<ImportedLayer<'_>> {
-        Some(ImportedLayer {
-            format: format!("{:?}", Format::Native),
-            config: Cow::Owned(None),
-            refs: Cow::Owned(BTreeMap::new()),
-            members: Cow::Owned(MemberCheck::default()),
-            written: tally.written,
-            skipped: tally.skipped,
-            objects: Cow::Borrowed(tally.names.as_deref()?),
-        })
-    }
 }
 
 /// A small text file of the repo (its config, a ref): at most [`MAX_TEXT`] bytes of UTF-8

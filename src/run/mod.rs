@@ -16,6 +16,7 @@ pub(crate) mod job;
 mod layer;
 mod local;
 mod node;
+mod parallel;
 pub mod rollback;
 mod settle;
 mod write;
