@@ -44,7 +44,7 @@ pub const PARALLEL_LAYERS: usize = 2;
 use checkpoint::{Tracker, Waiting, MAX_WAITING_MEMBERS, POINT_SPAN, WAITING_CHECKPOINTS};
 use member::{Member, MemberCheck};
 pub(crate) use objects::{object_name, object_type, ObjectKey};
-pub use objects::Staging;
+pub use objects::{Publisher, Staging};
 pub use record::ImportedLayer;
 use objects::{Tally, IN_MEMORY_OBJECT};
 use writers::Writers;

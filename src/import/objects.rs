@@ -16,7 +16,9 @@ use crate::fetch::image::is_checksum;
 
 mod bare;
 mod filez;
+mod publish;
 pub use bare::Staging;
+pub use publish::Publisher;
 pub(super) use filez::write_raw;
 
 /// Objects up to this size are written from memory (on the writer threads: see

@@ -335,6 +335,13 @@ impl Job {
             Format::Native => import::Staging::of_transaction(repo),
             Format::Legacy => None,
         };
+        // …and moved into objects/ as the import goes, not all at the commit.
+        let mut publisher = staging.as_ref().and_then(|staging| {
+            let objects = repo.path().path()?.join("objects");
+            import::Publisher::start(staging.clone(), &objects)
+                .map_err(|e| tracing::debug!("libostree's commit moves every object: {e:#}"))
+                .ok()
+        });
         self.progress.step(Step::Importing);
         let sizes: Vec<(String, u64)> = self
             .os
@@ -392,8 +399,15 @@ impl Job {
             repo.mark_commit_partial(commit, true)
                 .context("marking the commit partial")?;
         }
+        if let Some(publisher) = &mut publisher {
+            publisher.stop();
+            tracing::debug!("{} objects moved before the commit", publisher.published());
+        }
         tx.commit(gio::Cancellable::NONE)
             .context("committing the imported objects")?;
+        if let Some(publisher) = publisher {
+            publisher.keep();
+        }
         for commit in &commits {
             unmark_partial(repo, commit)?;
         }

@@ -280,6 +280,27 @@ fn an_image_whose_kargs_d_cannot_be_read_is_refused_before_anything_is_written()
     );
 }
 
+/// A native image of many files, refused for its kargs.d once its layers are in: pivot moved
+/// most of its files into `objects/` while they imported (in batches of 1024: see
+/// `import::objects::publish`), and takes every one back.
+#[test]
+fn a_native_image_of_many_files_refused_after_its_layers_leaves_no_object_behind() {
+    let env = Env::new();
+    let arch = "kargs = [\"console=tty0\"]\narch = [\"x86_64\"]\n";
+    let mut tree = with_kargs_d(fixture("os-v2"), "2", &[("10-console.toml", arch.into())]);
+    for i in 0..3000 {
+        let path = format!("usr/share/pivot/many/{:02}/{i:04}", i % 30);
+        tree = tree.with_file(&path, 0o644, &format!("file {i} of many\n"));
+    }
+    let oci = crate::native::encapsulate_signed(&tree, false, Some("chunked"), None);
+    let image = crate::native::push_native_images(&env, &oci).pullspec(&env, "chunked");
+    assert_refused(
+        &env,
+        &[&image],
+        &["kernel arguments the image ships", "unknown field `arch`"],
+    );
+}
+
 /// Each argument of deployment 0 in `pivot status --json`, with its source and kargs.d file.
 fn sources(env: &Env) -> Vec<(String, String, Option<String>)> {
     env.status_json()["deployments"][0]["kernel_arguments"]

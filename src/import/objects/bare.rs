@@ -13,8 +13,9 @@
 //! access time left alone. The caller has checked that the content stream hashes to the name,
 //! and the name is linked only once every byte and attribute is written, so a killed run leaves
 //! an anonymous file the kernel frees, never a wrong object under a right name. libostree still
-//! owns the transaction: its staging directory (found, not made), the `syncfs` and the moves
-//! into `objects/` when it commits, symlinks, metadata and large files.
+//! owns the transaction: its staging directory (found, not made), its commit, symlinks,
+//! metadata and large files. What is staged here reaches `objects/` in batches while the import
+//! goes on ([`super::Publisher`]); the commit moves the rest.
 //!
 //! The repo's min-free-space reserve holds as libostree holds it: the blocks free when the
 //! transaction began, less the reserve, and each object takes its size in blocks plus one.
@@ -40,6 +41,7 @@ use ostree::gio::prelude::FileExt;
 use ostree::glib;
 use rustix::fs::{AtFlags, Mode, OFlags, Timestamps, XattrFlags, CWD, UTIME_OMIT};
 
+use super::publish::Queue;
 use crate::import::staging::staging_dirs;
 
 /// The open transaction's staging directory, where objects are written.
@@ -49,6 +51,8 @@ pub struct Staging {
     made: [AtomicBool; 256],
     /// Blocks left above the repo's min-free-space reserve; None without a reserve.
     budget: Option<Mutex<Budget>>,
+    /// What is staged for a [`super::Publisher`] to move into `objects/`.
+    queue: Queue,
 }
 
 struct Budget {
@@ -96,6 +100,7 @@ impl Staging {
             dir,
             made: std::array::from_fn(|_| AtomicBool::new(false)),
             budget: budget.map(Mutex::new),
+            queue: Queue::default(),
         })
     }
 
@@ -110,9 +115,7 @@ impl Staging {
         xattrs: &glib::Variant,
         content: &[u8],
     ) -> Result<()> {
-        if checksum.len() != 64 || !checksum.is_ascii() {
-            bail!("{checksum:?} is not an object checksum");
-        }
+        let id = object_id(checksum)?;
         self.take_blocks(content.len() as u64)?;
         let mut file = temporary_file(&self.dir).context("creating a temporary file")?;
         file.write_all(content).context("writing the file")?;
@@ -140,23 +143,34 @@ impl Staging {
             },
         };
         rustix::fs::futimens(&file, &times).context("setting its modification time")?;
-        let prefix = &checksum[..2];
-        let slot = usize::from_str_radix(prefix, 16)
-            .map_err(|_| anyhow!("{checksum:?} is not an object checksum"))?;
+        let name = object_name(&id);
+        let prefix = &name[..2];
+        let slot = usize::from(id[0]);
         if !self.made[slot].load(Ordering::Relaxed) {
-            match rustix::fs::mkdirat(&self.dir, prefix, Mode::from_raw_mode(0o775)) {
+            match rustix::fs::mkdirat(&self.dir, prefix, Mode::from_raw_mode(0o777)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(e).context(format!("making the staging directory {prefix}")),
             }
             self.made[slot].store(true, Ordering::Relaxed);
         }
-        let name = format!("{prefix}/{}.file", &checksum[2..]);
         let fd = format!("/proc/self/fd/{}", file.as_fd().as_raw_fd());
         match rustix::fs::linkat(CWD, fd.as_str(), &self.dir, name.as_str(), AtFlags::SYMLINK_FOLLOW) {
+            Ok(()) => {
+                self.queue.push(id);
+                Ok(())
+            }
             // Staged by another layer's writer meanwhile: the same object, by its name.
-            Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+            Err(rustix::io::Errno::EXIST) => Ok(()),
             Err(e) => Err(e).context("linking it into the staging directory"),
         }
+    }
+
+    pub(super) fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    pub(super) fn dir(&self) -> &std::fs::File {
+        &self.dir
     }
 
     /// Takes an object of `size` bytes from the budget, as libostree does.
@@ -176,6 +190,35 @@ impl Staging {
         budget.blocks -= blocks;
         Ok(())
     }
+}
+
+/// The 32 bytes a file object's checksum (64 hex digits) names.
+fn object_id(checksum: &str) -> Result<[u8; 32]> {
+    let invalid = || anyhow!("{checksum:?} is not an object checksum");
+    let hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+    if checksum.len() != 64 || !checksum.as_bytes().iter().all(hex) {
+        return Err(invalid());
+    }
+    let mut id = [0u8; 32];
+    for (byte, pair) in id.iter_mut().zip(checksum.as_bytes().chunks(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|_| invalid())?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| invalid())?;
+    }
+    Ok(id)
+}
+
+/// The file object `id`'s path under `objects/` (and the staging directory): `XX/rest.file`.
+pub(super) fn object_name(id: &[u8; 32]) -> String {
+    use std::fmt::Write as _;
+    let mut name = String::with_capacity(70);
+    for (i, byte) in id.iter().enumerate() {
+        if i == 1 {
+            name.push('/');
+        }
+        let _ = write!(name, "{byte:02x}");
+    }
+    name.push_str(".file");
+    name
 }
 
 /// An anonymous file in `dir`, for writing only, with no permission bits beyond the owner's.

@@ -97,6 +97,35 @@ pub(in crate::import) fn ostree_cli(repo: &std::path::Path, args: &[&str]) -> St
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// The file info of a regular file of `size` bytes owned by `uid`:`gid` with `mode`'s bits.
+pub(in crate::import) fn regular_file_info(size: usize, (uid, gid, mode): (u32, u32, u32)) -> gio::FileInfo {
+    let info = gio::FileInfo::new();
+    info.set_file_type(gio::FileType::Regular);
+    info.set_size(size as i64);
+    info.set_attribute_uint32("unix::uid", uid);
+    info.set_attribute_uint32("unix::gid", gid);
+    info.set_attribute_uint32("unix::mode", libc::S_IFREG | mode);
+    info
+}
+
+/// The checksum libostree computes for a regular file of `info` and `xattrs` holding `content`.
+pub(in crate::import) fn file_checksum(
+    info: &gio::FileInfo,
+    xattrs: &glib::Variant,
+    content: &[u8],
+) -> String {
+    let input = gio::MemoryInputStream::from_bytes(&glib::Bytes::from(content));
+    ostree::checksum_file_from_input(
+        info,
+        Some(xattrs),
+        Some(&input),
+        ObjectType::File,
+        gio::Cancellable::NONE,
+    )
+    .unwrap()
+    .to_hex()
+}
+
 pub(in crate::import) fn has_file(repo: &ostree::Repo, checksum: &str) -> bool {
     repo.has_object(ObjectType::File, checksum, gio::Cancellable::NONE)
         .unwrap()

@@ -1,5 +1,5 @@
 use super::*;
-use crate::import::objects::tests::{bare_repo_in_transaction, has_file, ostree_cli};
+use crate::import::objects::tests::{bare_repo_in_transaction, file_checksum, has_file, regular_file_info, ostree_cli};
 use ostree::gio;
 use ostree::gio::prelude::*;
 use std::io::Read;
@@ -18,12 +18,7 @@ fn write_with_libostree(repo: &ostree::Repo, content: &[u8]) -> String {
 }
 
 fn libostree_write(repo: &ostree::Repo, content: &[u8]) -> Result<String, glib::Error> {
-    let info = gio::FileInfo::new();
-    info.set_file_type(gio::FileType::Regular);
-    info.set_size(content.len() as i64);
-    info.set_attribute_uint32("unix::uid", OWNER.0);
-    info.set_attribute_uint32("unix::gid", OWNER.1);
-    info.set_attribute_uint32("unix::mode", libc::S_IFREG | OWNER.2);
+    let info = regular_file_info(content.len(), OWNER);
     let input = gio::MemoryInputStream::from_bytes(&glib::Bytes::from(content));
     let (stream, length) =
         ostree::raw_file_to_content_stream(&input, &info, Some(&xattrs()), gio::Cancellable::NONE)
@@ -43,16 +38,7 @@ fn read_back(repo: &ostree::Repo, checksum: &str) -> (Vec<u8>, (u32, u32, u32, i
         .into_read()
         .read_to_end(&mut content)
         .unwrap();
-    let input = gio::MemoryInputStream::from_bytes(&glib::Bytes::from(&content[..]));
-    let actual = ostree::checksum_file_from_input(
-        &info,
-        Some(&xattrs),
-        Some(&input),
-        ostree::ObjectType::File,
-        gio::Cancellable::NONE,
-    )
-    .unwrap()
-    .to_hex();
+    let actual = file_checksum(&info, &xattrs, &content);
     let attrs = (
         info.attribute_uint32("unix::uid"),
         info.attribute_uint32("unix::gid"),
