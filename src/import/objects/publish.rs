@@ -11,7 +11,7 @@
 //! its commit moves as before.
 //!
 //! Objects in `objects/` are visible before the transaction commits: loose objects no ref
-//! reaches, as libostree leaves after a pull it did not finish. A pivot that fails removes the
+//! reaches, which `ostree fsck` accepts and a prune removes. A pivot that fails removes the
 //! ones it moved, so a refused image leaves the repo as it was; a killed one leaves them for
 //! the next run, which counts them as present (the checkpoints that name them then hold), and
 //! for the prune after the next deployment if it pivots elsewhere.
