@@ -42,6 +42,7 @@ use ostree::glib;
 use rustix::fs::{AtFlags, Mode, OFlags, Timestamps, XattrFlags, CWD, UTIME_OMIT};
 
 use super::publish::Queue;
+use crate::fetch::image::is_checksum;
 use crate::import::staging::staging_dirs;
 
 /// The open transaction's staging directory, where objects are written.
@@ -192,33 +193,19 @@ impl Staging {
     }
 }
 
-/// The 32 bytes a file object's checksum (64 hex digits) names.
+/// The 32 bytes a file object's checksum (64 lowercase hex digits) names.
 fn object_id(checksum: &str) -> Result<[u8; 32]> {
-    let invalid = || anyhow!("{checksum:?} is not an object checksum");
-    let hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
-    if checksum.len() != 64 || !checksum.as_bytes().iter().all(hex) {
-        return Err(invalid());
-    }
     let mut id = [0u8; 32];
-    for (byte, pair) in id.iter_mut().zip(checksum.as_bytes().chunks(2)) {
-        let pair = std::str::from_utf8(pair).map_err(|_| invalid())?;
-        *byte = u8::from_str_radix(pair, 16).map_err(|_| invalid())?;
+    if !is_checksum(checksum) || hex::decode_to_slice(checksum, &mut id).is_err() {
+        bail!("{checksum:?} is not an object checksum");
     }
     Ok(id)
 }
 
 /// The file object `id`'s path under `objects/` (and the staging directory): `XX/rest.file`.
 pub(super) fn object_name(id: &[u8; 32]) -> String {
-    use std::fmt::Write as _;
-    let mut name = String::with_capacity(70);
-    for (i, byte) in id.iter().enumerate() {
-        if i == 1 {
-            name.push('/');
-        }
-        let _ = write!(name, "{byte:02x}");
-    }
-    name.push_str(".file");
-    name
+    let hex = hex::encode(id);
+    format!("{}/{}.file", &hex[..2], &hex[2..])
 }
 
 /// An anonymous file in `dir`, for writing only, with no permission bits beyond the owner's.

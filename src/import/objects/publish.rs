@@ -40,10 +40,9 @@ pub(super) struct Queue {
 #[derive(Default)]
 struct QueueState {
     staged: Vec<[u8; 32]>,
-    /// Objects per batch while a publisher takes them; without one (0) they stay for
-    /// libostree's commit.
+    /// Objects per batch while a publisher takes them; 0 before it starts and once it stops,
+    /// when what is staged stays for libostree's commit.
     batch: usize,
-    stopping: bool,
 }
 
 impl Queue {
@@ -63,7 +62,7 @@ impl Queue {
     fn next_batch(&self) -> Option<Vec<[u8; 32]>> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if state.stopping {
+            if state.batch == 0 {
                 return None;
             }
             if state.staged.len() >= state.batch {
@@ -76,13 +75,13 @@ impl Queue {
     /// Hands batches of `batch` objects to the publisher from now on.
     fn open(&self, batch: usize) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        (state.batch, state.stopping) = (batch.max(1), false);
+        state.batch = batch.max(1);
     }
 
     /// Stops the publisher: what is staged from now on, or still queued, stays for the commit.
     fn close(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        (state.batch, state.stopping) = (0, true);
+        state.batch = 0;
         state.staged.clear();
         self.wake.notify_one();
     }
