@@ -135,3 +135,39 @@ fn objects_moved_for_a_transaction_that_does_not_commit_are_removed() {
     }
     ostree_cli(&repo_dir, &["fsck", "--quiet"]);
 }
+
+/// While the transaction is open, objects moved into `objects/` are not a prune's to remove,
+/// though no ref reaches them yet: libostree's prune waits for the transaction's shared repo
+/// lock (given up here after a second) and removes nothing.
+#[test]
+fn a_prune_waits_for_the_transaction_whose_objects_were_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo_dir = dir.path().join("bare");
+    let repo = ostree::Repo::new_for_path(&repo_dir);
+    repo.create(ostree::RepoMode::Bare, gio::Cancellable::NONE)
+        .unwrap();
+    ostree_cli(&repo_dir, &["config", "set", "core.lock-timeout-secs", "1"]);
+    let repo = ostree::Repo::new_for_path(&repo_dir);
+    repo.open(gio::Cancellable::NONE).unwrap();
+    repo.prepare_transaction(gio::Cancellable::NONE).unwrap();
+    let staging = Staging::of_transaction(&repo).unwrap();
+    let mut publisher =
+        Publisher::start_batched(staging.clone(), &repo_dir.join("objects"), 4).unwrap();
+    let files = files(10);
+    write_and_wait(&staging, &repo_dir, &files);
+
+    let prune = std::process::Command::new("ostree")
+        .args(["prune", "--refs-only"])
+        .arg(format!("--repo={}", repo_dir.display()))
+        .output()
+        .unwrap();
+    assert!(!prune.status.success(), "the prune did not wait: {prune:?}");
+    let err = String::from_utf8_lossy(&prune.stderr);
+    assert!(err.contains("Locking repo exclusive"), "the prune failed otherwise: {err}");
+    assert_eq!(objects_count(&repo_dir), 8, "{prune:?}");
+
+    publisher.stop();
+    repo.commit_transaction(gio::Cancellable::NONE).unwrap();
+    publisher.keep();
+    assert_eq!(objects_count(&repo_dir), 10);
+}
