@@ -1,5 +1,7 @@
 use super::*;
-use crate::import::objects::tests::{bare_repo_in_transaction, file_checksum, has_file, regular_file_info, ostree_cli};
+use crate::import::objects::tests::{
+    bare_repo_in_transaction, file_checksum, has_file, ostree_cli, regular_file_info, walkdir,
+};
 use ostree::gio;
 use ostree::gio::prelude::*;
 use std::io::Read;
@@ -151,4 +153,25 @@ fn a_file_past_the_min_free_space_reserve_is_refused_as_libostree_refuses_it() {
         .to_string();
     assert!(err.starts_with(refused), "{err}");
     assert!(!has_file(&repo, &checksum));
+}
+
+/// A name that is not 64 lowercase hex digits (upper case, short, long, not hex) is refused
+/// before anything is written: no object could be found under it again.
+#[test]
+fn a_name_that_is_not_an_object_checksum_is_refused_and_nothing_is_staged() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = bare_repo_in_transaction(dir.path());
+    let staging = Staging::of_transaction(&repo).unwrap();
+    let good = "ab".repeat(32);
+    for name in [good.to_uppercase(), good[..62].to_string(), format!("{good}00"), "zz".repeat(32)] {
+        let err = staging
+            .write_file(&name, OWNER, &xattrs(), b"content")
+            .unwrap_err();
+        assert!(err.to_string().contains("is not an object checksum"), "{name}: {err:#}");
+    }
+    let staged = walkdir(&dir.path().join("bare/tmp"));
+    assert!(
+        staged.iter().all(|p| !p.to_string_lossy().ends_with(".file")),
+        "{staged:?}"
+    );
 }
